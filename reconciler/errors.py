@@ -1,0 +1,117 @@
+"""The one exception tree of flink-reconciler.
+
+Callers decide by class, never by message text::
+
+    ReconcilerError
+    ├── ConfigError                 bad settings / CLI usage
+    ├── SpecError                   bad input in Git: file:line:col + field path (one app only)
+    │   └── SpecLimitError          alias bomb, huge file, too many documents
+    ├── SourceError                 Git: clone/fetch/read failed, unknown revision
+    ├── ObserveError                live state could not be read (cluster or REST unreachable)
+    ├── PlanError                   the planner cannot produce a plan
+    │   └── PlanStaleError          `apply --plan` refused: live state moved since planning
+    ├── StepError                   one executor step failed
+    │   ├── TransientStepError      retry with backoff (connection refused, 5xx, tasks not running yet)
+    │   └── PermanentStepError      do not retry; follow the plan's failure path
+    │       └── DeadlineExceeded    a step ran past its deadline
+    ├── RuntimeProvisionError       a runtime could not start/stop a cluster
+    ├── JournalError                durable state unreadable or locked
+    └── ReportError                 a commit-status sink failed (never blocks reconciling)
+
+`FlinkRestError` (in `reconciler.live.flink`) subclasses the step errors so REST failures carry Flink's
+own error text and are retried or not by class.
+"""
+
+from __future__ import annotations
+
+
+class ReconcilerError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class ConfigError(ReconcilerError):
+    """Invalid settings or command-line usage."""
+
+
+class SpecError(ReconcilerError):
+    """A spec document is invalid. Carries where, so a user can jump to it."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str,
+        line: int | None = None,
+        column: int | None = None,
+        field: str | None = None,
+        app: str | None = None,
+    ) -> None:
+        self.message = message
+        self.file = file
+        self.line = line
+        self.column = column
+        self.field = field
+        self.app = app
+        super().__init__(self.location() + ": " + message)
+
+    def location(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        if self.field:
+            where += f" {self.field}"
+        return where
+
+
+class SpecLimitError(SpecError):
+    """A file is too big or too expensive to parse (alias bomb); refused before any work."""
+
+
+class SourceError(ReconcilerError):
+    """Git could not be read: clone, fetch, unknown revision, broken tree."""
+
+
+class ObserveError(ReconcilerError):
+    """Live state could not be observed; the planner must not treat this as 'absent'."""
+
+
+class PlanError(ReconcilerError):
+    """No plan could be produced."""
+
+
+class PlanStaleError(PlanError):
+    """The live state differs from the one a saved plan was computed against."""
+
+
+class StepError(ReconcilerError):
+    """A step failed. `cause` is the short human reason reported on the commit."""
+
+    retryable: bool = False
+
+
+class TransientStepError(StepError):
+    """Worth retrying with backoff until the step's deadline."""
+
+    retryable = True
+
+
+class PermanentStepError(StepError):
+    """Retrying will not help; the executor follows the plan's failure path."""
+
+
+class DeadlineExceeded(PermanentStepError):
+    """A step did not finish before its deadline."""
+
+
+class RuntimeProvisionError(ReconcilerError):
+    """A runtime could not provision or tear down a cluster."""
+
+
+class JournalError(ReconcilerError):
+    """The journal could not be read or written."""
+
+
+class ReportError(ReconcilerError):
+    """A commit-status sink failed. Reported and retried; never blocks reconciling."""
