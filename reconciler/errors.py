@@ -115,3 +115,7 @@ class JournalError(ReconcilerError):
 
 class ReportError(ReconcilerError):
     """A commit-status sink failed. Reported and retried; never blocks reconciling."""
+
+
+class JobNotFoundError(ObserveError):
+    """The JobManager does not know this job (e.g. a restarted JobManager forgot it)."""

@@ -1,0 +1,145 @@
+"""What the planner knows about the world besides Git: live state and recorded history.
+
+Both are plain frozen values built by the shell (`reconciler.live`, `reconciler.apply.journal`), so
+the planner stays a pure function that tests can feed from tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ClusterPhase(StrEnum):
+    ABSENT = "absent"  # nothing provisioned for this app
+    STARTING = "starting"
+    READY = "ready"  # REST reachable, TaskManagers registered
+    FAILED = "failed"  # provisioned but not coming up (crash loop, image pull, unschedulable)
+    UNKNOWN = "unknown"  # could not observe: never treated as absent
+
+
+class JobPhase(StrEnum):
+    """Flink job states folded into what a decision needs."""
+
+    NONE = "none"  # no job on the cluster
+    STARTING = "starting"  # CREATED / INITIALIZING / RUNNING with tasks not all running / RESTARTING
+    RUNNING = "running"  # RUNNING and every task running
+    FAILING = "failing"  # FAILING / FAILED
+    STOPPED = "stopped"  # CANCELED / FINISHED / SUSPENDED
+    UNKNOWN = "unknown"
+
+
+FLINK_STATE_TO_PHASE: dict[str, JobPhase] = {
+    "CREATED": JobPhase.STARTING,
+    "INITIALIZING": JobPhase.STARTING,
+    "RESTARTING": JobPhase.STARTING,
+    "RECONCILING": JobPhase.STARTING,
+    "RUNNING": JobPhase.STARTING,  # promoted to RUNNING only when every task runs
+    "FAILING": JobPhase.FAILING,
+    "FAILED": JobPhase.FAILING,
+    "CANCELLING": JobPhase.STOPPED,
+    "CANCELED": JobPhase.STOPPED,
+    "FINISHED": JobPhase.STOPPED,
+    "SUSPENDED": JobPhase.STOPPED,
+}
+
+
+def job_phase(flink_state: str | None, tasks_running: int = 0, tasks_total: int = 0) -> JobPhase:
+    if flink_state is None:
+        return JobPhase.NONE
+    phase = FLINK_STATE_TO_PHASE.get(flink_state.upper(), JobPhase.UNKNOWN)
+    if flink_state.upper() == "RUNNING" and tasks_total > 0 and tasks_running == tasks_total:
+        return JobPhase.RUNNING
+    return phase
+
+
+class Checkpoint(Frozen):
+    """A retained checkpoint or savepoint a job could be restored from."""
+
+    path: str
+    completed_at: datetime
+    is_savepoint: bool = False
+
+
+class LiveApp(Frozen):
+    name: str
+    cluster: ClusterPhase
+    cluster_message: str | None = None
+    job_id: str | None = None
+    flink_state: str | None = None
+    job: JobPhase = JobPhase.NONE
+    latest_checkpoint: Checkpoint | None = None
+    # What the runtime says it deployed (k8s annotation / local cluster metadata), if it says.
+    deployed_spec_hash: str | None = None
+
+    def fingerprint_fields(self) -> dict[str, Any]:
+        # Checkpoint paths move every few seconds; they do not make a plan stale.
+        return {
+            "cluster": self.cluster.value,
+            "job_id": self.job_id,
+            "job": self.job.value,
+            "spec": self.deployed_spec_hash,
+        }
+
+
+class LiveState(Frozen):
+    apps: dict[str, LiveApp] = {}
+    complete: bool = True  # False: some apps could not be observed (their LiveApp is UNKNOWN)
+
+    def get(self, name: str) -> LiveApp:
+        return self.apps.get(name) or LiveApp(name=name, cluster=ClusterPhase.ABSENT)
+
+    def fingerprint(self) -> str:
+        body = {n: a.fingerprint_fields() for n, a in sorted(self.apps.items())}
+        return "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32]
+
+
+class Outcome(StrEnum):
+    PENDING = "pending"
+    SUCCESS = "success"
+    FAILURE = "failure"
+    ERROR = "error"
+
+
+class SavepointRecord(Frozen):
+    path: str
+    taken_at: datetime
+    job_id: str | None = None
+    revision: str | None = None
+    kind: str = "savepoint"  # savepoint | checkpoint (a checkpoint adopted as restore point)
+
+
+class AppRecord(Frozen):
+    """The journal's durable memory of one app (Flux-style: attempted and applied kept apart)."""
+
+    name: str
+    source_file: str | None = None
+    last_applied_revision: str | None = None
+    last_applied_spec: dict[str, Any] | None = None  # canonical FlinkApp JSON
+    last_attempted_revision: str | None = None
+    last_attempted_spec_hash: str | None = None
+    last_outcome: Outcome | None = None
+    last_message: str | None = None
+    attempts: int = 0  # attempts at last_attempted_revision
+    job_id: str | None = None
+    savepoints: tuple[SavepointRecord, ...] = ()
+
+    @property
+    def latest_savepoint(self) -> SavepointRecord | None:
+        return max(self.savepoints, key=lambda s: s.taken_at, default=None)
+
+
+class Records(Frozen):
+    apps: dict[str, AppRecord] = {}
+
+    def get(self, name: str) -> AppRecord | None:
+        return self.apps.get(name)

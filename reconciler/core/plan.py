@@ -1,0 +1,228 @@
+"""The plan: a serializable, reviewable artifact (terraform's plan file, for Flink).
+
+`apply` is driven by `AppPlan.steps` alone; `reason` and `risks` only explain. A plan records the
+revision and the fingerprint of the live state it assumed, so `apply --plan` can refuse a stale one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from reconciler.spec.model import ChangeClass, ChangeClassJSON
+
+FORMAT_VERSION: Literal[1] = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Action(StrEnum):
+    CREATE = "create"
+    UPGRADE = "upgrade"
+    SCALE = "scale"
+    SUSPEND = "suspend"
+    RESUME = "resume"
+    RESTART = "restart"
+    DELETE = "delete"
+    REPAIR = "repair"  # live drifted from Git (job died, cluster removed): bring it back
+    NOOP = "no-op"
+    BLOCKED = "blocked"  # needs a human; reason says exactly what to do
+    ERROR = "error"  # the spec is invalid; nothing is done to this app
+
+
+DISRUPTIVE = frozenset({Action.CREATE, Action.UPGRADE, Action.SUSPEND, Action.RESUME, Action.RESTART,
+                        Action.DELETE, Action.REPAIR, Action.SCALE})
+
+
+class SpecRef(StrEnum):
+    DESIRED = "desired"
+    PREVIOUS = "previous"
+
+
+class RestoreKind(StrEnum):
+    NONE = "none"  # empty state: only ever planned with a risk line and the spec's consent
+    CAPTURED = "captured"  # the restore point this plan captured (its savepoint, or the cancelled job's checkpoint)
+    PATH = "path"  # a known savepoint/checkpoint path (fallback checkpoint, initialSavepointPath, last savepoint)
+
+
+class Restore(_Frozen):
+    kind: RestoreKind
+    path: str | None = None
+
+    def describe(self) -> str:
+        if self.kind is RestoreKind.NONE:
+            return "empty state"
+        if self.kind is RestoreKind.CAPTURED:
+            return "the savepoint/checkpoint captured above"
+        return self.path or "?"
+
+
+NO_STATE = Restore(kind=RestoreKind.NONE)
+CAPTURED = Restore(kind=RestoreKind.CAPTURED)
+
+
+class _Step(_Frozen):
+    deadline_s: float = Field(gt=0, description="The step fails when it runs longer than this.")
+
+
+class EnsureCluster(_Step):
+    """Provision or reconfigure the app's cluster (resources only; the job is untouched)."""
+
+    type: Literal["EnsureCluster"] = "EnsureCluster"
+    spec: SpecRef = SpecRef.DESIRED
+
+
+class StopWithSavepoint(_Step):
+    """Stop the job with a savepoint; the savepoint becomes the CAPTURED restore point."""
+
+    type: Literal["StopWithSavepoint"] = "StopWithSavepoint"
+    job_id: str
+    drain: bool = False
+
+
+class CancelJob(_Step):
+    """Cancel a job. Retained checkpoints survive; with capture=True its latest one becomes CAPTURED."""
+
+    type: Literal["CancelJob"] = "CancelJob"
+    job_id: str
+    capture_checkpoint: bool = False
+
+
+class StartJob(_Step):
+    type: Literal["StartJob"] = "StartJob"
+    spec: SpecRef = SpecRef.DESIRED
+    job_id: str
+    restore: Restore
+    allow_non_restored_state: bool = False
+
+
+class AwaitRunning(_Step):
+    """Until the job is RUNNING with every task running."""
+
+    type: Literal["AwaitRunning"] = "AwaitRunning"
+    job_id: str
+
+
+class AwaitHealthy(_Step):
+    """Until the job completed a checkpoint after it started (skipped when checkpointing is off)."""
+
+    type: Literal["AwaitHealthy"] = "AwaitHealthy"
+    job_id: str
+
+
+class DeleteCluster(_Step):
+    type: Literal["DeleteCluster"] = "DeleteCluster"
+
+
+class ForgetApp(_Step):
+    """Stop managing the app (deletionPolicy orphan): the journal keeps its history, the cluster keeps running."""
+
+    type: Literal["ForgetApp"] = "ForgetApp"
+
+
+Step = Annotated[
+    EnsureCluster | StopWithSavepoint | CancelJob | StartJob | AwaitRunning | AwaitHealthy | DeleteCluster
+    | ForgetApp,
+    Field(discriminator="type"),
+]
+
+
+def describe_step(step: Step) -> str:
+    """One line a reviewer can read."""
+    match step:
+        case EnsureCluster(spec=spec):
+            return f"ensure cluster resources ({spec.value} spec)"
+        case StopWithSavepoint(job_id=job_id, drain=drain):
+            return f"stop job {job_id} with a savepoint" + (" (drain)" if drain else "")
+        case CancelJob(job_id=job_id, capture_checkpoint=cap):
+            return f"cancel job {job_id}" + (" (keep its latest checkpoint as restore point)" if cap else "")
+        case StartJob(spec=spec, job_id=job_id, restore=restore, allow_non_restored_state=anrs):
+            extra = ", allowNonRestoredState" if anrs else ""
+            return f"start job {job_id} ({spec.value} spec) from {restore.describe()}{extra}"
+        case AwaitRunning(job_id=job_id):
+            return f"wait until job {job_id} is RUNNING with all tasks running"
+        case AwaitHealthy(job_id=job_id):
+            return f"wait until job {job_id} completes a checkpoint"
+        case DeleteCluster():
+            return "delete the cluster"
+        case ForgetApp():
+            return "stop managing the app (cluster left running)"
+    raise AssertionError(step)  # pragma: no cover
+
+
+class FieldChange(_Frozen):
+    op: Literal["add", "remove", "replace"]
+    path: str  # JSON pointer into the FlinkApp document, e.g. /spec/job/parallelism
+    old: Any = None
+    new: Any = None
+    change_class: ChangeClassJSON
+
+
+class AppPlan(_Frozen):
+    app: str
+    action: Action
+    reason: str
+    risks: tuple[str, ...] = ()
+    change_class: ChangeClassJSON = ChangeClass.IGNORE
+    diff: tuple[FieldChange, ...] = ()
+    steps: tuple[Step, ...] = ()
+    # Failure path: when a step at index > rollback_after fails, run `rollback` (back to `previous`).
+    rollback_after: int | None = None
+    rollback: tuple[Step, ...] = ()
+    desired: dict[str, Any] | None = None  # canonical FlinkApp JSON this plan deploys
+    previous: dict[str, Any] | None = None  # what ran before (the rollback target)
+    source_file: str | None = None
+    upgrade_mode: str | None = None
+
+    @property
+    def changes(self) -> bool:
+        return self.action not in (Action.NOOP,)
+
+
+class Plan(_Frozen):
+    format_version: Literal[1] = FORMAT_VERSION
+    revision: str  # the Git revision whose specs this plan deploys
+    base_revision: str | None = None
+    mode: Literal["offline", "live"] = "live"
+    live_fingerprint: str
+    apps: tuple[AppPlan, ...] = ()
+    guard: str | None = None  # set when the mass-deletion guard refused deletions
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Plan:
+        return cls.model_validate_json(text)
+
+    def app(self, name: str) -> AppPlan:
+        for a in self.apps:
+            if a.app == name:
+                return a
+        raise KeyError(name)
+
+    @property
+    def has_changes(self) -> bool:
+        return any(a.action is not Action.NOOP for a in self.apps)
+
+    @property
+    def has_errors(self) -> bool:
+        return any(a.action is Action.ERROR for a in self.apps)
+
+
+def deterministic_job_id(app: str, revision: str, attempt: int, purpose: str = "start") -> str:
+    """A Flink JobID (32 hex chars) that a retried submit reproduces, so it can never run twice."""
+    digest = hashlib.sha256(f"{app}\0{revision}\0{attempt}\0{purpose}".encode()).hexdigest()
+    return digest[:32]
+
+
+def spec_hash(canonical: dict[str, Any]) -> str:
+    import json
+
+    body = json.dumps(canonical.get("spec", canonical), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:16]

@@ -1,0 +1,1 @@
+"""The edge to running systems: Flink REST, runtimes (local JVMs, Kubernetes)."""

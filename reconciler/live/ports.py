@@ -1,0 +1,127 @@
+"""The seams between the executor and the outside: a Flink REST API and a runtime.
+
+The executor, `status` and the daemon code against these Protocols; `live.flink.FlinkRestClient`,
+`live.local.LocalRuntime` and `live.kubernetes.KubernetesRuntime` implement them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+from reconciler.core.observed import ClusterPhase
+from reconciler.spec.model import FlinkApp
+
+
+@dataclass(frozen=True)
+class ClusterOverview:
+    taskmanagers: int
+    slots_total: int
+    slots_available: int
+    flink_version: str
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    job_id: str
+    name: str
+    state: str  # Flink's own state name: RUNNING, FAILED, ...
+    tasks_running: int
+    tasks_total: int
+    start_time_ms: int
+
+
+@dataclass(frozen=True)
+class CheckpointStats:
+    completed_count: int
+    latest_completed_id: int | None
+    latest_completed_path: str | None
+    latest_completed_at: datetime | None  # when it completed (UTC)
+    restored_path: str | None
+    restored_is_savepoint: bool | None
+
+
+@dataclass(frozen=True)
+class SavepointStatus:
+    done: bool
+    location: str | None = None  # set on success
+    failure: str | None = None  # Flink's failure cause, set on failure
+
+
+class FlinkApi(Protocol):
+    """A JobManager's REST API. Every call has a timeout; errors are `FlinkRestError`s that are
+    `TransientStepError` or `PermanentStepError` by class; unknown jobs raise `JobNotFoundError`."""
+
+    def overview(self) -> ClusterOverview: ...
+    def jobs(self) -> list[JobSummary]: ...
+    def job(self, job_id: str) -> JobSummary: ...
+    def trigger_savepoint(self, job_id: str, *, cancel_job: bool = False) -> str: ...
+    def stop_with_savepoint(self, job_id: str, *, drain: bool = False) -> str: ...
+    def savepoint_status(self, job_id: str, trigger_id: str) -> SavepointStatus: ...
+    def cancel(self, job_id: str) -> None: ...
+    def checkpoints(self, job_id: str) -> CheckpointStats: ...
+    def upload_jar(self, path: Path) -> str: ...
+    def run_jar(
+        self,
+        jar_id: str,
+        *,
+        job_id: str,
+        entry_class: str | None = None,
+        args: tuple[str, ...] = (),
+        parallelism: int | None = None,
+        savepoint_path: str | None = None,
+        allow_non_restored_state: bool = False,
+        flink_configuration: dict[str, str] | None = None,
+    ) -> str: ...
+    def exceptions(self, job_id: str) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    app: str
+    phase: ClusterPhase
+    rest_url: str | None = None
+    message: str | None = None  # why it is FAILED/STARTING (pod reason, JVM exit)
+    spec_hash: str | None = None  # hash of the spec the cluster was provisioned for
+
+
+class Runtime(Protocol):
+    """Provisions one Flink cluster per app and says where its REST API is.
+
+    Every method is idempotent, so a resumed step can simply call it again. `deadline` is a value of
+    the injected clock's `monotonic()`; a method that cannot finish by then raises DeadlineExceeded
+    with the most specific reason it knows (JVM exit code, pod status)."""
+
+    name: str
+
+    def list_clusters(self) -> dict[str, ClusterInfo]:
+        """Every cluster this runtime manages, in one call (not one per app)."""
+        ...
+
+    def observe(self, app: str) -> ClusterInfo: ...
+
+    def ensure_cluster(self, app: FlinkApp, *, deadline: float) -> ClusterInfo:
+        """Start or reconfigure the cluster for `app` (no job) and wait until it is READY."""
+        ...
+
+    def start_job(
+        self,
+        app: FlinkApp,
+        *,
+        job_id: str,
+        jar: Path | None,
+        restore_path: str | None,
+        allow_non_restored_state: bool,
+        deadline: float,
+    ) -> str:
+        """Submit the job with this id (or find it already submitted). `jar` is the resolved local jar
+        (None when the runtime takes it from the image, e.g. local:// on Kubernetes)."""
+        ...
+
+    def delete_cluster(self, app: str, *, deadline: float) -> None: ...
+
+    def flink(self, app: str) -> FlinkApi:
+        """The REST client of the app's JobManager."""
+        ...

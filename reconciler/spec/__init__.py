@@ -1,0 +1,1 @@
+"""The FlinkApp spec: models (pure) and the YAML loader."""

@@ -1,0 +1,375 @@
+"""Frozen pydantic models of a FlinkApp document.
+
+Every field carries its *change class* (``x-change-class`` in the JSON Schema), the rung of the
+change ladder a change to it climbs: IGNORE < SCALE < UPGRADE < REDEPLOY. The diff takes the highest
+class of all changed fields; see `reconciler.core.diff`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from enum import IntEnum, StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+API_VERSION = "flink-reconciler.io/v1alpha1"
+KIND = "FlinkApp"
+# Kubernetes object names are derived as <name>-taskmanager etc.; keep room for the suffixes.
+MAX_NAME_LENGTH = 45
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class ChangeClass(IntEnum):
+    """How disruptive applying a change to a field is (the Flink operator's DiffType ladder)."""
+
+    IGNORE = 0  # metadata, policies: record only, never touch the job
+    SCALE = 1  # resources that change without restarting the job
+    UPGRADE = 2  # the job restarts, carrying state per upgradeMode
+    REDEPLOY = 3  # the whole cluster is recreated (state still carried per upgradeMode)
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+def _to_change_class(v: Any) -> ChangeClass:
+    if isinstance(v, str):
+        try:
+            return ChangeClass[v.upper()]
+        except KeyError:
+            raise ValueError(f"unknown change class {v!r}") from None
+    return ChangeClass(v)
+
+
+# ChangeClass in JSON: its lower-case name ("upgrade"), not a number.
+ChangeClassJSON = Annotated[
+    ChangeClass,
+    BeforeValidator(_to_change_class),
+    PlainSerializer(lambda c: c.label, return_type=str),
+    WithJsonSchema({"enum": ["ignore", "scale", "upgrade", "redeploy"]}),
+]
+
+
+def change(cls: ChangeClass, description: str, **kw: Any) -> Any:
+    """A Field tagged with its change class; the tag lands in the JSON Schema and drives the diff."""
+    return Field(
+        description=description, json_schema_extra={"x-change-class": cls.label}, **kw
+    )
+
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(value: Any) -> timedelta:
+    """Accept '90s', '5m', '1h', '1.5h', 300 (seconds) or a timedelta."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ValueError("expected a duration like '30s', '5m' or '1h'")
+    if isinstance(value, int | float):
+        return timedelta(seconds=float(value))
+    if isinstance(value, str):
+        m = _DURATION_RE.match(value)
+        if m:
+            return timedelta(seconds=float(m.group(1)) * _UNIT_SECONDS[m.group(2)])
+    raise ValueError(f"expected a duration like '30s', '5m' or '1h', got {value!r}")
+
+
+def format_duration(value: timedelta) -> str:
+    secs = value.total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size and secs % size == 0:
+            return f"{int(secs // size)}{unit}"
+    return f"{secs:g}s"
+
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*(ms|s|m|h|d)?\s*$"},
+                {"type": "number", "minimum": 0},
+            ],
+            "examples": ["30s", "5m", "1h"],
+        }
+    ),
+]
+
+_QUANTITY_RE = re.compile(r"^\d+(\.\d+)?([kmgt]b?|[KMGT]i?|[kmgt])?$")
+
+
+def _check_memory(value: str) -> str:
+    if not _QUANTITY_RE.match(value):
+        raise ValueError(f"expected a memory size like '1024m', '2g' or '2Gi', got {value!r}")
+    return value
+
+
+MemorySize = Annotated[str, BeforeValidator(lambda v: _check_memory(str(v)))]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        validate_default=True,
+    )
+
+
+class UpgradeMode(StrEnum):
+    SAVEPOINT = "savepoint"
+    LAST_STATE = "last-state"
+    STATELESS = "stateless"
+
+
+class JobState(StrEnum):
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+
+
+class DeletionPolicy(StrEnum):
+    SAVEPOINT_THEN_DELETE = "savepoint-then-delete"  # final savepoint, then remove everything
+    DELETE = "delete"  # remove without a final savepoint (state is dropped: flagged as a risk)
+    ORPHAN = "orphan"  # stop managing; leave the cluster and job running
+
+
+class RuntimeType(StrEnum):
+    LOCAL = "local"
+    KUBERNETES = "kubernetes"
+
+
+class Resources(_Model):
+    cpu: float = change(ChangeClass.UPGRADE, "CPU cores per pod (Kubernetes).", default=1.0, gt=0)
+    memory: MemorySize = change(
+        ChangeClass.UPGRADE, "Total process memory of the JVM (Flink's *.memory.process.size).",
+        default="1024m",
+    )
+
+
+class RuntimeHints(_Model):
+    type: RuntimeType | None = change(
+        ChangeClass.REDEPLOY,
+        "Where this app runs. Unset: the daemon's configured runtime.",
+        default=None,
+    )
+    service_account: str | None = change(
+        ChangeClass.UPGRADE, "Kubernetes ServiceAccount of the Flink pods.", default=None
+    )
+
+
+class JobManagerSpec(_Model):
+    resources: Resources = change(ChangeClass.UPGRADE, "JobManager resources.", default=Resources())
+    replicas: int = change(
+        ChangeClass.UPGRADE, "JobManager replicas (more than 1 needs highAvailability).",
+        default=1, ge=1, le=3,
+    )
+
+
+class VolumeClaimTemplate(_Model):
+    """A PVC per TaskManager pod; asking for one makes TaskManagers a StatefulSet."""
+
+    name: str = change(ChangeClass.REDEPLOY, "Volume name, also the PVC name prefix.")
+    mount_path: str = change(ChangeClass.REDEPLOY, "Where the volume is mounted in the TaskManager.")
+    storage: MemorySize = change(ChangeClass.REDEPLOY, "Requested size, e.g. '10Gi'.")
+    storage_class_name: str | None = change(ChangeClass.REDEPLOY, "StorageClass.", default=None)
+    access_modes: tuple[str, ...] = change(
+        ChangeClass.REDEPLOY, "PVC access modes.", default=("ReadWriteOnce",)
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _dns_name(cls, v: str) -> str:
+        if not NAME_RE.match(v) or len(v) > 63:
+            raise ValueError(f"{v!r} is not a DNS-1123 label (lowercase letters, digits, '-')")
+        return v
+
+
+class TaskManagerSpec(_Model):
+    resources: Resources = change(ChangeClass.UPGRADE, "TaskManager resources.", default=Resources(memory="1280m"))
+    replicas: int = change(
+        ChangeClass.SCALE, "Number of TaskManagers. Changing only this does not restart the job.",
+        default=1, ge=0, le=1000,
+    )
+    slots: int = change(
+        ChangeClass.UPGRADE, "taskmanager.numberOfTaskSlots.", default=1, ge=1, le=256
+    )
+    volume_claim_templates: tuple[VolumeClaimTemplate, ...] = change(
+        ChangeClass.REDEPLOY,
+        "PVCs per TaskManager. Non-empty makes TaskManagers a StatefulSet so local state survives restarts.",
+        default=(),
+    )
+
+
+class HighAvailability(_Model):
+    enabled: bool = change(ChangeClass.REDEPLOY, "Kubernetes HA for the JobManager.", default=False)
+    storage_dir: str | None = change(
+        ChangeClass.REDEPLOY, "high-availability.storageDir (required when enabled).", default=None
+    )
+
+    @model_validator(mode="after")
+    def _storage_when_enabled(self) -> HighAvailability:
+        if self.enabled and not self.storage_dir:
+            raise ValueError("storageDir is required when highAvailability is enabled")
+        return self
+
+
+class JobSpec(_Model):
+    jar_uri: str = change(
+        ChangeClass.UPGRADE,
+        "The job jar: a path relative to the repository root, file://, local:// (inside the image) or http(s)://.",
+        alias="jarURI",
+    )
+    jar_sha256: str | None = change(
+        ChangeClass.UPGRADE, "Expected SHA-256 of an http(s) jar.", default=None,
+        pattern=r"^[0-9a-f]{64}$",
+    )
+    entry_class: str | None = change(
+        ChangeClass.UPGRADE, "Main class; unset: the jar manifest's.", default=None
+    )
+    args: tuple[str, ...] = change(ChangeClass.UPGRADE, "Program arguments.", default=())
+    parallelism: int = change(ChangeClass.UPGRADE, "Default parallelism of the job.", default=1, ge=1, le=32768)
+    upgrade_mode: UpgradeMode = change(
+        ChangeClass.IGNORE,
+        "How state is carried across a restart: savepoint | last-state | stateless.",
+        default=UpgradeMode.SAVEPOINT,
+    )
+    state: JobState = change(
+        ChangeClass.IGNORE,
+        "running | suspended. Suspending takes a savepoint (per upgradeMode) and stops the job.",
+        default=JobState.RUNNING,
+    )
+    allow_non_restored_state: bool = change(
+        ChangeClass.IGNORE, "Allow dropping state of operators that no longer exist.", default=False
+    )
+    initial_savepoint_path: str | None = change(
+        ChangeClass.IGNORE,
+        "Savepoint to start from on create (and on a savepointRedeployNonce change).",
+        default=None,
+    )
+    restart_nonce: int | None = change(
+        ChangeClass.UPGRADE, "Change to restart the job (state carried per upgradeMode).", default=None
+    )
+    savepoint_redeploy_nonce: int | None = change(
+        ChangeClass.UPGRADE,
+        "Change to redeploy from initialSavepointPath, discarding the current state (or empty state if unset).",
+        default=None,
+    )
+    max_checkpoint_age: Duration | None = change(
+        ChangeClass.IGNORE,
+        "savepoint mode, job not healthy: fall back to a retained checkpoint younger than this. Unset: never.",
+        default=None,
+    )
+
+
+class Deadlines(_Model):
+    savepoint: Duration = change(ChangeClass.IGNORE, "Savepoint / stop-with-savepoint.", default=timedelta(minutes=5))
+    start: Duration = change(
+        ChangeClass.IGNORE, "Start until all tasks RUNNING (includes cluster start).", default=timedelta(minutes=5)
+    )
+    healthy: Duration = change(
+        ChangeClass.IGNORE, "First completed checkpoint after start (when checkpointing is on).",
+        default=timedelta(minutes=5),
+    )
+    delete: Duration = change(ChangeClass.IGNORE, "Tearing down the cluster.", default=timedelta(minutes=2))
+
+
+class SavepointPolicy(_Model):
+    retain: int = change(
+        ChangeClass.IGNORE, "Savepoints kept per app; the one the app would restore from is never deleted.",
+        default=5, ge=1, le=1000,
+    )
+
+
+class AppSpec(_Model):
+    flink_version: str = change(ChangeClass.UPGRADE, "Flink version, e.g. '2.3'.", default="2.3")
+    image: str | None = change(ChangeClass.UPGRADE, "Container image (kubernetes runtime).", default=None)
+    runtime: RuntimeHints = change(ChangeClass.REDEPLOY, "Runtime hints.", default=RuntimeHints())
+    job_manager: JobManagerSpec = change(ChangeClass.UPGRADE, "JobManager.", default=JobManagerSpec())
+    task_manager: TaskManagerSpec = change(ChangeClass.UPGRADE, "TaskManagers.", default=TaskManagerSpec())
+    flink_configuration: dict[str, str] = change(
+        ChangeClass.UPGRADE, "Extra Flink configuration (string values).", default_factory=dict
+    )
+    pod_template: dict[str, Any] | None = change(
+        ChangeClass.UPGRADE, "A Pod template merged into every Flink pod (kubernetes).", default=None
+    )
+    high_availability: HighAvailability = change(
+        ChangeClass.REDEPLOY, "JobManager high availability.", default=HighAvailability()
+    )
+    job: JobSpec = change(ChangeClass.UPGRADE, "The Flink job.")
+    deletion_policy: DeletionPolicy = change(
+        ChangeClass.IGNORE, "What removing this spec from Git does (with pruning enabled).",
+        default=DeletionPolicy.SAVEPOINT_THEN_DELETE,
+    )
+    savepoints: SavepointPolicy = change(ChangeClass.IGNORE, "Savepoint retention.", default=SavepointPolicy())
+    deadlines: Deadlines = change(ChangeClass.IGNORE, "Per-step deadlines.", default=Deadlines())
+
+    @field_validator("flink_configuration", mode="before")
+    @classmethod
+    def _stringify(cls, v: Any) -> Any:
+        # YAML turns `parallelism.default: 2` into an int; Flink reads strings. Booleans -> 'true'.
+        if isinstance(v, dict):
+            return {
+                str(k): (str(x).lower() if isinstance(x, bool) else x if isinstance(x, str) else str(x))
+                for k, x in v.items()
+            }
+        return v
+
+    @model_validator(mode="after")
+    def _ha_replicas(self) -> AppSpec:
+        if self.job_manager.replicas > 1 and not self.high_availability.enabled:
+            raise ValueError("jobManager.replicas > 1 needs highAvailability.enabled: true")
+        return self
+
+
+class Metadata(_Model):
+    name: str = change(ChangeClass.IGNORE, "App name: a DNS-1123 label, unique in the repository.")
+    namespace: str = change(ChangeClass.REDEPLOY, "Kubernetes namespace.", default="default")
+    labels: dict[str, str] = change(ChangeClass.IGNORE, "Labels copied to every object.", default_factory=dict)
+    annotations: dict[str, str] = change(ChangeClass.IGNORE, "Annotations.", default_factory=dict)
+
+    @field_validator("name", "namespace")
+    @classmethod
+    def _dns_label(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(f"{v!r} is not a DNS-1123 label: lowercase letters, digits and '-', "
+                             "starting and ending with a letter or digit")
+        if len(v) > MAX_NAME_LENGTH:
+            raise ValueError(f"{v!r} is {len(v)} characters; at most {MAX_NAME_LENGTH} "
+                             "(object names get suffixes like '-taskmanager')")
+        return v
+
+
+class FlinkApp(_Model):
+    """One Flink application, as written in Git."""
+
+    api_version: Literal["flink-reconciler.io/v1alpha1"] = Field(
+        alias="apiVersion", description="Always flink-reconciler.io/v1alpha1."
+    )
+    kind: Literal["FlinkApp"] = Field(description="Always FlinkApp.")
+    metadata: Metadata
+    spec: AppSpec
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def canonical(self) -> dict[str, Any]:
+        """The JSON form used for diffs and hashes: aliases, defaults filled in."""
+        return self.model_dump(mode="json", by_alias=True)
