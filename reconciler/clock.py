@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 
@@ -41,8 +41,6 @@ class FakeClock:
         self._lock = threading.Lock()
 
     def now(self) -> datetime:
-        from datetime import timedelta
-
         with self._lock:
             return self._t0 + timedelta(seconds=self._elapsed)
 

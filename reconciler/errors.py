@@ -13,7 +13,7 @@ Callers decide by class, never by message text::
     ├── StepError                   one executor step failed
     │   ├── TransientStepError      retry with backoff (connection refused, 5xx, tasks not running yet)
     │   └── PermanentStepError      do not retry; follow the plan's failure path
-    │       └── DeadlineExceeded    a step ran past its deadline
+    │       └── DeadlineExceededError    a step ran past its deadline
     ├── RuntimeProvisionError       a runtime could not start/stop a cluster
     ├── JournalError                durable state unreadable or locked
     └── ReportError                 a commit-status sink failed (never blocks reconciling)
@@ -101,7 +101,7 @@ class PermanentStepError(StepError):
     """Retrying will not help; the executor follows the plan's failure path."""
 
 
-class DeadlineExceeded(PermanentStepError):
+class DeadlineExceededError(PermanentStepError):
     """A step did not finish before its deadline."""
 
 

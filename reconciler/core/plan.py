@@ -7,6 +7,7 @@ revision and the fingerprint of the live state it assumed, so `apply --plan` can
 from __future__ import annotations
 
 import hashlib
+import json
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -120,7 +121,7 @@ class DeleteCluster(_Step):
 
 
 class ForgetApp(_Step):
-    """Stop managing the app (deletionPolicy orphan): the journal keeps its history, the cluster keeps running."""
+    """Stop managing the app (deletionPolicy orphan): history is kept, the cluster keeps running."""
 
     type: Literal["ForgetApp"] = "ForgetApp"
 
@@ -222,7 +223,5 @@ def deterministic_job_id(app: str, revision: str, attempt: int, purpose: str = "
 
 
 def spec_hash(canonical: dict[str, Any]) -> str:
-    import json
-
     body = json.dumps(canonical.get("spec", canonical), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()[:16]

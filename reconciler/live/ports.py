@@ -91,7 +91,7 @@ class Runtime(Protocol):
     """Provisions one Flink cluster per app and says where its REST API is.
 
     Every method is idempotent, so a resumed step can simply call it again. `deadline` is a value of
-    the injected clock's `monotonic()`; a method that cannot finish by then raises DeadlineExceeded
+    the injected clock's `monotonic()`; a method that cannot finish by then raises DeadlineExceededError
     with the most specific reason it knows (JVM exit code, pod status)."""
 
     name: str
