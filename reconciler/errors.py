@@ -119,3 +119,19 @@ class ReportError(ReconcilerError):
 
 class JobNotFoundError(ObserveError):
     """The JobManager does not know this job (e.g. a restarted JobManager forgot it)."""
+
+
+class SourceAuthError(SourceError):
+    """Git origin refused our credentials (or asked for some we do not have)."""
+
+
+class SourceUnreachableError(SourceError):
+    """Git origin could not be reached: DNS, connection refused, timeout, no repository at that URL."""
+
+
+class TransientReportError(ReportError):
+    """A sink failure worth retrying (5xx, rate limit, network); `retry_after` is the forge's hint."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
