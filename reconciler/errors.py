@@ -135,3 +135,15 @@ class TransientReportError(ReportError):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class WebhookRejectedError(ReconcilerError):
+    """A webhook request was refused: missing/wrong signature or a malformed payload.
+
+    `reason` is safe to log (it never contains a secret); `status` is the HTTP answer (401 or 400).
+    """
+
+    def __init__(self, reason: str, *, status: int = 401) -> None:
+        self.reason = reason
+        self.status = status
+        super().__init__(reason)
