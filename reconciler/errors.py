@@ -147,3 +147,13 @@ class WebhookRejectedError(ReconcilerError):
         self.reason = reason
         self.status = status
         super().__init__(reason)
+
+
+class RenderError(SpecError):
+    """An app cannot be rendered into Kubernetes objects (unsupported jar scheme, a reserved Flink key).
+
+    A SpecError: bad input in Git that affects only this app; `file` is where the app came from when known.
+    """
+
+    def __init__(self, message: str, *, app: str, field: str | None = None, file: str | None = None) -> None:
+        super().__init__(message, file=file or f"app {app}", field=field, app=app)
