@@ -243,7 +243,9 @@ class JobSpec(_Model):
     entry_class: str | None = change(
         ChangeClass.UPGRADE, "Main class; unset: the jar manifest's.", default=None
     )
-    args: tuple[str, ...] = change(ChangeClass.UPGRADE, "Program arguments.", default=())
+    args: tuple[str, ...] = change(
+        ChangeClass.UPGRADE, "Program arguments (numbers are taken as their text).", default=()
+    )
     parallelism: int = change(ChangeClass.UPGRADE, "Default parallelism of the job.", default=1, ge=1, le=32768)
     upgrade_mode: UpgradeMode = change(
         ChangeClass.IGNORE,
@@ -271,6 +273,13 @@ class JobSpec(_Model):
         "Change to redeploy from initialSavepointPath, discarding the current state (or empty state if unset).",
         default=None,
     )
+    @field_validator("args", mode="before")
+    @classmethod
+    def _args_as_text(cls, v: Any) -> Any:
+        if isinstance(v, list | tuple):
+            return [str(x) if isinstance(x, int | float) and not isinstance(x, bool) else x for x in v]
+        return v
+
     max_checkpoint_age: Duration | None = change(
         ChangeClass.IGNORE,
         "savepoint mode, job not healthy: fall back to a retained checkpoint younger than this. Unset: never.",
@@ -332,9 +341,15 @@ class AppSpec(_Model):
         return v
 
     @model_validator(mode="after")
-    def _ha_replicas(self) -> AppSpec:
+    def _consistent(self) -> AppSpec:
         if self.job_manager.replicas > 1 and not self.high_availability.enabled:
             raise ValueError("jobManager.replicas > 1 needs highAvailability.enabled: true")
+        slots = self.task_manager.replicas * self.task_manager.slots
+        if self.job.state is JobState.RUNNING and self.job.parallelism > slots:
+            raise ValueError(
+                f"job.parallelism ({self.job.parallelism}) exceeds the task slots of the cluster "
+                f"(taskManager.replicas {self.task_manager.replicas} x slots {self.task_manager.slots} = {slots})"
+            )
         return self
 
 
