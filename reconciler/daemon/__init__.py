@@ -1,0 +1,1 @@
+"""The long-running daemon: scheduler, webhook receiver, health/metrics endpoints, single-instance lock."""
