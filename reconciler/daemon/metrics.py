@@ -1,0 +1,163 @@
+"""Prometheus metrics of one daemon, in its own CollectorRegistry.
+
+A private registry (not prometheus_client's global one) keeps tests and several daemons in one process
+independent, and /metrics shows exactly what we define. The service records through the methods here;
+the raw metric objects are attributes for anything more specific.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, disable_created_metrics
+from prometheus_client.exposition import choose_encoder
+
+from reconciler import __version__ as _version
+from reconciler.core.observed import Outcome
+
+PREFIX = "flink_reconciler"
+
+# Upgrades take seconds to many minutes; fetches milliseconds to a minute.
+LONG_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+FETCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+STEP_TYPES = ("savepoint", "stop", "start", "downtime")
+SYNC_TRIGGERS = ("startup", "poll", "drift", "webhook")
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # `*_created` series double the per-app series count (1,000 apps) and nobody alerts on them.
+        # This switch is process-wide in prometheus_client; the daemon owns its process.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.build_info = Info(f"{PREFIX}_build", "Version of this daemon.", registry=r)
+        self.build_info.info({"version": _version})
+        self.reconcile_duration = Histogram(
+            f"{PREFIX}_reconcile_duration_seconds",
+            "Time to reconcile one app (plan + apply).",
+            ["app"],
+            buckets=LONG_BUCKETS,
+            registry=r,
+        )
+        self.reconcile_outcomes = Counter(
+            f"{PREFIX}_reconcile_outcomes",
+            "Reconcile results per app (success, failure, error).",
+            ["app", "outcome"],
+            registry=r,
+        )
+        self.last_applied_revision = Info(
+            f"{PREFIX}_last_applied_revision",
+            "The Git revision last applied successfully to each app.",
+            ["app"],
+            registry=r,
+        )
+        self.git_fetch_duration = Histogram(
+            f"{PREFIX}_git_fetch_duration_seconds",
+            "Latency of fetching the GitOps repository.",
+            buckets=FETCH_BUCKETS,
+            registry=r,
+        )
+        self.git_fetch_errors = Counter(
+            f"{PREFIX}_git_fetch_errors",
+            "Failed Git fetches by kind (auth, unreachable, other).",
+            ["kind"],
+            registry=r,
+        )
+        self.step_duration = Histogram(
+            f"{PREFIX}_step_duration_seconds",
+            "Duration of executor steps by type (savepoint, stop, start, downtime).",
+            ["step"],
+            buckets=LONG_BUCKETS,
+            registry=r,
+        )
+        self.journal_inflight_steps = Gauge(
+            f"{PREFIX}_journal_inflight_steps",
+            "Steps recorded as started but not finished in the journal.",
+            registry=r,
+        )
+        self.webhook_requests = Counter(
+            f"{PREFIX}_webhook_requests",
+            "Webhook deliveries by forge and result.",
+            ["forge", "result"],
+            registry=r,
+        )
+        self.sync_passes = Counter(
+            f"{PREFIX}_sync_passes",
+            "Sync passes by trigger (startup, poll, drift, webhook) and result (ok, error).",
+            ["trigger", "result"],
+            registry=r,
+        )
+        self.sync_duration = Histogram(
+            f"{PREFIX}_sync_duration_seconds",
+            "Duration of a whole sync pass.",
+            ["trigger"],
+            buckets=LONG_BUCKETS,
+            registry=r,
+        )
+        self.sync_requests_coalesced = Counter(
+            f"{PREFIX}_sync_requests_coalesced",
+            "Sync requests folded into a pending pass because one was already running or queued.",
+            ["trigger"],
+            registry=r,
+        )
+        self.last_sync_success = Gauge(
+            f"{PREFIX}_last_successful_sync_timestamp_seconds",
+            "Unix time of the last sync pass that completed without a pass-level error.",
+            registry=r,
+        )
+
+    # --- recording helpers (what the service and the daemon call) ---------------------------------
+    def observe_reconcile(self, app: str, seconds: float, outcome: Outcome | str) -> None:
+        self.reconcile_duration.labels(app).observe(seconds)
+        self.reconcile_outcomes.labels(app, str(outcome)).inc()
+
+    def set_applied_revision(self, app: str, revision: str) -> None:
+        self.last_applied_revision.labels(app).info({"revision": revision})
+
+    def forget_app(self, app: str) -> None:
+        """Drop an app's series after it was deleted, so /metrics does not grow forever."""
+        for metric in (self.reconcile_duration, self.last_applied_revision):
+            with suppress(KeyError):
+                metric.remove(app)
+        for outcome in Outcome:
+            with suppress(KeyError):
+                self.reconcile_outcomes.remove(app, outcome.value)
+
+    def observe_git_fetch(self, seconds: float, *, error: str | None = None) -> None:
+        """Record one fetch; `error` is a short kind (auth, unreachable, other) when it failed."""
+        self.git_fetch_duration.observe(seconds)
+        if error is not None:
+            self.git_fetch_errors.labels(error).inc()
+
+    @contextmanager
+    def time_git_fetch(self) -> Iterator[None]:
+        """Time a fetch; an exception counts as an error of kind `other` (callers may classify instead)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        except BaseException:
+            self.observe_git_fetch(time.perf_counter() - t0, error="other")
+            raise
+        self.observe_git_fetch(time.perf_counter() - t0)
+
+    def observe_step(self, step: str, seconds: float) -> None:
+        self.step_duration.labels(step).observe(seconds)
+
+    def set_inflight_steps(self, count: int) -> None:
+        self.journal_inflight_steps.set(count)
+
+    def count_webhook(self, forge: str, result: str) -> None:
+        self.webhook_requests.labels(forge, result).inc()
+
+    def observe_sync(self, trigger: str, result: str, seconds: float) -> None:
+        self.sync_passes.labels(trigger, result).inc()
+        self.sync_duration.labels(trigger).observe(seconds)
+
+    def exposition(self, accept: str | None = None) -> tuple[bytes, str]:
+        """(body, content type) in the format the scraper asked for (text or OpenMetrics)."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
