@@ -1,0 +1,17 @@
+"""Specs at a Git revision: the glue between the Git source and the spec loader."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from reconciler.source.git import GitSource
+from reconciler.spec.load import SPEC_SUFFIXES, LoadResult, load_files
+
+
+def spec_paths(files: Mapping[str, bytes]) -> dict[str, bytes]:
+    """Hidden files and folders (.github/, .gitlab-ci.yml) are never specs."""
+    return {p: d for p, d in files.items() if not any(part.startswith(".") for part in p.split("/"))}
+
+
+def load_at(source: GitSource, rev: str, subdir: str = "") -> LoadResult:
+    return load_files(spec_paths(source.read_tree(rev, subdir, SPEC_SUFFIXES)))
