@@ -1,0 +1,522 @@
+"""Pure rendering of a FlinkApp into Kubernetes objects (plain dicts), for the kubernetes runtime.
+
+No I/O and no clock: the same inputs give byte-identical manifests, so golden files can pin them and a
+reviewer can read `flink-reconciler render` output before enabling the runtime.
+
+Per app, all in ``metadata.namespace`` (see docs/kubernetes.md for the full picture):
+
+- ``<name>-root`` ConfigMap: the root object. Every other object carries an ownerReference to it, so
+  deleting it lets Kubernetes' garbage collector remove the app; we never add finalizers. A ConfigMap is
+  the cheapest object that any namespaced Role can create, has no controller acting on it, and can carry
+  the canonical spec that was deployed.
+- ``<name>-config`` ConfigMap: Flink's config.yaml and log4j-console.properties.
+- JobManager Deployment ``<name>-jobmanager`` (application mode via the official image's
+  ``standalone-job``), TaskManager Deployment ``<name>-taskmanager`` or, with volumeClaimTemplates, a
+  StatefulSet plus headless Service, Services ``<name>-jobmanager`` (rpc, blob) and ``<name>-rest``.
+- With HA: ServiceAccount/Role/RoleBinding ``<name>-flink`` for Flink's HA ConfigMaps and Leases.
+
+A suspended app keeps only the root and config ConfigMaps: no pod runs (like the Flink operator, which
+removes the JobManager on suspend); its state lives in the savepoint taken before suspending.
+
+ownerReferences need the root's UID, which only exists once the root was applied: `render_app` adds them
+when given ``root_uid`` and otherwise leaves them out (the runtime applies the root first).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import io
+import json
+import re
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.scalarstring import LiteralScalarString
+
+from reconciler.core.plan import spec_hash
+from reconciler.errors import RenderError
+from reconciler.spec.model import FlinkApp, JobState
+
+Obj = dict[str, Any]
+
+FIELD_MANAGER = "flink-reconciler"
+ANNOTATION_SPEC_HASH = "flink-reconciler.io/spec-hash"
+ANNOTATION_REVISION = "flink-reconciler.io/revision"
+ANNOTATION_CONFIG_HASH = "flink-reconciler.io/config-hash"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_VERSION = "app.kubernetes.io/version"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+MANAGED_BY = "flink-reconciler"
+MAIN_CONTAINER = "flink-main-container"  # the Flink operator's name, so its podTemplates port over
+
+RPC_PORT = 6123
+BLOB_PORT = 6124
+REST_PORT = 8081
+TM_RPC_PORT = 6122
+USRLIB = "/opt/flink/usrlib"
+JAR_FETCH_IMAGE = "curlimages/curl:8.11.1"
+
+# Container memory limit = JVM process size + headroom. Flink's process size already counts heap,
+# off-heap, metaspace and JVM overhead; the headroom absorbs what Flink cannot bound (glibc arenas,
+# native libraries, RocksDB beyond managed memory) so the kernel does not OOM-kill a healthy JVM.
+HEADROOM_FRACTION = 0.10
+HEADROOM_MIN_MIB = 128
+
+# Keys the renderer owns: a different value in spec.flinkConfiguration is refused, with the field to use.
+_RESERVED: dict[str, str] = {
+    "jobmanager.rpc.address": "derived from the app name (the JobManager Service)",
+    "jobmanager.rpc.port": f"fixed at {RPC_PORT} (the Service port)",
+    "blob.server.port": f"fixed at {BLOB_PORT} (the Service port)",
+    "rest.port": f"fixed at {REST_PORT} (the Service port and probes)",
+    "taskmanager.rpc.port": f"fixed at {TM_RPC_PORT}",
+    "taskmanager.numberOfTaskSlots": "set spec.taskManager.slots",
+    "jobmanager.memory.process.size": "set spec.jobManager.resources.memory",
+    "taskmanager.memory.process.size": "set spec.taskManager.resources.memory",
+    "high-availability.type": "set spec.highAvailability.enabled",
+    "high-availability.storageDir": "set spec.highAvailability.storageDir",
+    "kubernetes.cluster-id": "derived from the app name",
+}
+
+LOG4J_CONSOLE = """\
+rootLogger.level = INFO
+rootLogger.appenderRef.console.ref = ConsoleAppender
+logger.akka.name = akka
+logger.akka.level = INFO
+logger.kafka.name = org.apache.kafka
+logger.kafka.level = INFO
+logger.hadoop.name = org.apache.hadoop
+logger.hadoop.level = WARN
+logger.zookeeper.name = org.apache.zookeeper
+logger.zookeeper.level = INFO
+logger.netty.name = org.apache.flink.shaded.netty4.io.netty.channel.DefaultChannelPipeline
+logger.netty.level = OFF
+appender.console.name = ConsoleAppender
+appender.console.type = CONSOLE
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yyyy-MM-dd HH:mm:ss,SSS} %-5p %-60c %x - %m%n
+"""
+
+_MEM_RE = re.compile(r"^(\d+(?:\.\d+)?)([a-zA-Z]*)$")
+_MEM_UNITS = {
+    "": 1, "b": 1,
+    "k": 1 << 10, "kb": 1 << 10, "ki": 1 << 10,
+    "m": 1 << 20, "mb": 1 << 20, "mi": 1 << 20,
+    "g": 1 << 30, "gb": 1 << 30, "gi": 1 << 30,
+    "t": 1 << 40, "tb": 1 << 40, "ti": 1 << 40,
+}
+
+
+def memory_mib(value: str, *, app: str, field: str) -> int:
+    """A spec memory size in MiB. Flink semantics: 'm'/'M' is mebibytes (never Kubernetes' milli)."""
+    m = _MEM_RE.match(value.strip())
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _MEM_UNITS:
+        raise RenderError(f"cannot read memory size {value!r}", app=app, field=field)
+    mib = int(float(m.group(1)) * _MEM_UNITS[unit]) // (1 << 20)
+    if mib < 128:
+        raise RenderError(f"memory size {value!r} is below 128 MiB, too small for a Flink process",
+                          app=app, field=field)
+    return mib
+
+
+def container_memory_mib(process_mib: int) -> int:
+    return process_mib + max(HEADROOM_MIN_MIB, -(-process_mib * int(HEADROOM_FRACTION * 100) // 100))
+
+
+def cpu_quantity(cores: float) -> str:
+    """The canonical Kubernetes form, so live objects compare equal to rendered ones."""
+    milli = round(cores * 1000)
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def object_names(name: str) -> dict[str, str]:
+    return {
+        "root": f"{name}-root",
+        "config": f"{name}-config",
+        "jobmanager": f"{name}-jobmanager",
+        "taskmanager": f"{name}-taskmanager",
+        "rest": f"{name}-rest",
+        "flink": f"{name}-flink",
+    }
+
+
+def selector_labels(app: str, component: str | None = None) -> dict[str, str]:
+    """Labels that never change for an object's life (Deployment selectors are immutable)."""
+    labels = {LABEL_NAME: "flink", LABEL_INSTANCE: app, LABEL_MANAGED_BY: MANAGED_BY}
+    if component:
+        labels[LABEL_COMPONENT] = component
+    return labels
+
+
+def app_selector(app: str) -> str:
+    """The label selector of every object of one app."""
+    return f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_INSTANCE}={app}"
+
+
+MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_NAME}=flink"
+
+
+def rest_service_url(app: str, namespace: str) -> str:
+    return f"http://{app}-rest.{namespace}.svc:{REST_PORT}"
+
+
+def _jar(app: FlinkApp) -> tuple[str | None, str | None]:
+    """(path inside the container, http URL to fetch) for the job jar; refuses other schemes."""
+    uri = app.spec.job.jar_uri
+    if uri.startswith("local://"):
+        path = uri[len("local://"):]
+        if not path.startswith("/"):
+            raise RenderError(f"local:// jar must be an absolute path inside the image, got {uri!r}",
+                              app=app.name, field="spec.job.jarURI")
+        return path, None
+    if uri.startswith(("http://", "https://")):
+        base = uri.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1] or "job.jar"
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", base):
+            base = "job.jar"
+        return f"{USRLIB}/{base}", uri
+    raise RenderError(
+        f"jarURI {uri!r} cannot be used on Kubernetes: use local:///path/in/image.jar (baked into the "
+        "image) or an http(s):// URL (fetched by an init container)",
+        app=app.name, field="spec.job.jarURI",
+    )
+
+
+def flink_config(app: FlinkApp) -> dict[str, str]:
+    """Flink's config.yaml as flat keys; spec.flinkConfiguration merged over our defaults."""
+    name, ns = app.name, app.metadata.namespace
+    s = app.spec
+    owned: dict[str, str] = {
+        "jobmanager.rpc.address": object_names(name)["jobmanager"],
+        "jobmanager.rpc.port": str(RPC_PORT),
+        "blob.server.port": str(BLOB_PORT),
+        "rest.port": str(REST_PORT),
+        "taskmanager.rpc.port": str(TM_RPC_PORT),
+        "taskmanager.numberOfTaskSlots": str(s.task_manager.slots),
+        "jobmanager.memory.process.size":
+            f"{memory_mib(s.job_manager.resources.memory, app=name, field='spec.jobManager.resources.memory')}m",
+        "taskmanager.memory.process.size":
+            f"{memory_mib(s.task_manager.resources.memory, app=name, field='spec.taskManager.resources.memory')}m",
+    }
+    if s.high_availability.enabled:
+        owned["high-availability.type"] = "kubernetes"
+        owned["high-availability.storageDir"] = s.high_availability.storage_dir or ""
+        owned["kubernetes.cluster-id"] = name
+    for key, value in s.flink_configuration.items():
+        if key in owned and owned[key] != value:
+            raise RenderError(f"flinkConfiguration key {key!r} is managed by the reconciler: {_RESERVED[key]}",
+                              app=name, field=f"spec.flinkConfiguration.{key}")
+        if key in _RESERVED and key not in owned:
+            raise RenderError(f"flinkConfiguration key {key!r} is managed by the reconciler: {_RESERVED[key]}",
+                              app=name, field=f"spec.flinkConfiguration.{key}")
+    defaults: dict[str, str] = {
+        "jobmanager.bind-host": "0.0.0.0",
+        "taskmanager.bind-host": "0.0.0.0",
+        "rest.address": object_names(name)["rest"],
+        "rest.bind-address": "0.0.0.0",
+        "parallelism.default": str(s.job.parallelism),
+        # Keep cancelled jobs' checkpoints: they are restore points (last-state, rollback).
+        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+        # A stopped job must not make the JobManager exit: the Deployment would restart it and the
+        # entrypoint would run the job again from the old --fromSavepoint.
+        "execution.shutdown-on-application-finish": "false",
+        # A failed submit shows as a FAILED job (with its exception) instead of a crash-looping JobManager.
+        "execution.submit-failed-job-on-application-error": "true",
+        "kubernetes.namespace": ns,
+    }
+    merged = {**defaults, **s.flink_configuration, **owned}
+    return dict(sorted(merged.items()))
+
+
+def config_yaml(conf: dict[str, str]) -> str:
+    # JSON strings are valid YAML scalars: no quoting surprises ("on", "1e3", ":").
+    return "".join(f"{k}: {json.dumps(v)}\n" for k, v in conf.items())
+
+
+def merge_pod_template(user: Obj | None, ours: Obj) -> Obj:
+    """User template as the base; ours merged on top (our scalars win), lists appended, containers and
+    initContainers merged by name (the user's entry for `flink-main-container` amends ours)."""
+    if not user:
+        return copy.deepcopy(ours)
+    merged: Obj = _merge(copy.deepcopy(user), ours, path=())
+    return merged
+
+
+_BY_NAME = {"containers", "initContainers", "volumes", "env", "volumeMounts", "ports"}
+
+
+def _merge(base: Any, top: Any, path: tuple[str, ...]) -> Any:
+    if isinstance(base, dict) and isinstance(top, dict):
+        out = dict(base)
+        for k, v in top.items():
+            out[k] = _merge(base[k], v, (*path, k)) if k in base else copy.deepcopy(v)
+        return out
+    if isinstance(base, list) and isinstance(top, list):
+        if path and path[-1] in _BY_NAME:
+            merged: list[Any] = []
+            seen: set[Any] = set()
+            for x in top:  # ours first (the main container stays first), amended by the user's entry
+                user_x = next((b for b in base if isinstance(b, dict) and b.get("name") == x.get("name")), None)
+                merged.append(_merge(user_x, x, (*path, "[]")) if user_x is not None else copy.deepcopy(x))
+                seen.add(x.get("name"))
+            merged += [copy.deepcopy(b) for b in base if not (isinstance(b, dict) and b.get("name") in seen)]
+            return merged
+        return [*base, *copy.deepcopy(top)]
+    return copy.deepcopy(top)
+
+
+def _meta(app: FlinkApp, name: str, *, revision: str, component: str | None) -> Obj:
+    labels = {**app.metadata.labels, **selector_labels(app.name, component),
+              LABEL_VERSION: app.spec.flink_version}
+    annotations = {**app.metadata.annotations, ANNOTATION_SPEC_HASH: spec_hash(app.canonical()),
+                   ANNOTATION_REVISION: revision}
+    return {"name": name, "namespace": app.metadata.namespace, "labels": dict(sorted(labels.items())),
+            "annotations": dict(sorted(annotations.items()))}
+
+
+def _pod_spec(app: FlinkApp, component: str, args: list[str], config_hash: str, *,
+              jar_url: str | None = None, jar_path: str | None = None) -> Obj:
+    s = app.spec
+    names = object_names(app.name)
+    res = s.job_manager.resources if component == "jobmanager" else s.task_manager.resources
+    field = "spec.jobManager.resources.memory" if component == "jobmanager" else "spec.taskManager.resources.memory"
+    mem = f"{container_memory_mib(memory_mib(res.memory, app=app.name, field=field))}Mi"
+    cpu = cpu_quantity(res.cpu)
+    image = s.image or f"flink:{s.flink_version}"
+    if component == "jobmanager":
+        ports = [{"name": "rpc", "containerPort": RPC_PORT}, {"name": "blob", "containerPort": BLOB_PORT},
+                 {"name": "rest", "containerPort": REST_PORT}]
+        readiness: Obj = {"httpGet": {"path": "/config", "port": REST_PORT}, "periodSeconds": 5,
+                          "failureThreshold": 3}
+        liveness: Obj = {"tcpSocket": {"port": REST_PORT}, "initialDelaySeconds": 30, "periodSeconds": 10,
+                         "failureThreshold": 6}
+    else:
+        ports = [{"name": "rpc", "containerPort": TM_RPC_PORT}]
+        readiness = {"tcpSocket": {"port": TM_RPC_PORT}, "periodSeconds": 5, "failureThreshold": 3}
+        liveness = {"tcpSocket": {"port": TM_RPC_PORT}, "initialDelaySeconds": 30, "periodSeconds": 10,
+                    "failureThreshold": 6}
+    mounts: list[Obj] = [{"name": "flink-config", "mountPath": "/opt/flink/conf"}]
+    volumes: list[Obj] = [{"name": "flink-config", "configMap": {"name": names["config"], "items": [
+        {"key": "config.yaml", "path": "config.yaml"},
+        {"key": "log4j-console.properties", "path": "log4j-console.properties"}]}}]
+    env: list[Obj] = []
+    if s.high_availability.enabled and component == "jobmanager":
+        env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}})
+    container: Obj = {
+        "name": MAIN_CONTAINER,
+        "image": image,
+        "args": args,
+        "ports": ports,
+        "resources": {"requests": {"cpu": cpu, "memory": mem}, "limits": {"cpu": cpu, "memory": mem}},
+        "readinessProbe": readiness,
+        "livenessProbe": liveness,
+        "volumeMounts": mounts,
+    }
+    if env:
+        container["env"] = env
+    if component == "taskmanager":
+        for vct in s.task_manager.volume_claim_templates:
+            mounts.append({"name": vct.name, "mountPath": vct.mount_path})
+    init: list[Obj] = []
+    if jar_url and jar_path:
+        volumes.append({"name": "usrlib", "emptyDir": {}})
+        mounts.append({"name": "usrlib", "mountPath": USRLIB})
+        script = 'curl -fsSL --retry 3 -o "$JAR_PATH" "$JAR_URL"'
+        if s.job.jar_sha256:
+            script += f' && echo "{s.job.jar_sha256}  $JAR_PATH" | sha256sum -c -'
+        init.append({
+            "name": "fetch-jar", "image": JAR_FETCH_IMAGE, "command": ["sh", "-c", script],
+            "env": [{"name": "JAR_URL", "value": jar_url}, {"name": "JAR_PATH", "value": jar_path}],
+            "volumeMounts": [{"name": "usrlib", "mountPath": USRLIB}],
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}},
+        })
+    spec: Obj = {"containers": [container], "volumes": volumes}
+    if init:
+        spec["initContainers"] = init
+    sa = s.runtime.service_account or (names["flink"] if s.high_availability.enabled else None)
+    if sa:
+        spec["serviceAccountName"] = sa
+    if component == "taskmanager":
+        spec["affinity"] = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100,
+            "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                "labelSelector": {"matchLabels": selector_labels(app.name, "taskmanager")}},
+        }]}}
+    template: Obj = {
+        "metadata": {
+            "labels": dict(sorted({**app.metadata.labels, **selector_labels(app.name, component),
+                                   LABEL_VERSION: s.flink_version}.items())),
+            "annotations": {ANNOTATION_CONFIG_HASH: config_hash},
+        },
+        "spec": spec,
+    }
+    return merge_pod_template(s.pod_template, template)
+
+
+def jobmanager_args(app: FlinkApp, *, job_id: str | None, restore_path: str | None,
+                    allow_non_restored_state: bool, jar_path: str | None, fetched: bool) -> list[str]:
+    args = ["standalone-job"]
+    if app.spec.high_availability.enabled:
+        args += ["--host", "$(POD_IP)"]
+    if app.spec.job.entry_class:
+        args += ["--job-classname", app.spec.job.entry_class]
+    if job_id:
+        args += ["--job-id", job_id]
+    if jar_path and not fetched and not jar_path.startswith(USRLIB + "/"):
+        args += ["--jars", jar_path]  # jars in usrlib are on the classpath already
+    if restore_path:
+        args += ["--fromSavepoint", restore_path]
+        if allow_non_restored_state:
+            args.append("--allowNonRestoredState")
+    return [*args, *app.spec.job.args]
+
+
+def render_app(
+    app: FlinkApp,
+    *,
+    revision: str,
+    job_id: str | None,
+    restore_path: str | None,
+    allow_non_restored_state: bool = False,
+    root_uid: str | None = None,
+) -> list[Obj]:
+    """Every object of `app`, root first. Raises RenderError for input Kubernetes cannot run."""
+    name, ns = app.name, app.metadata.namespace
+    names = object_names(name)
+    s = app.spec
+    jar_path, jar_url = _jar(app)
+    conf = flink_config(app)
+    conf_text = config_yaml(conf)
+    config_hash = hashlib.sha256((conf_text + LOG4J_CONSOLE).encode()).hexdigest()[:16]
+
+    objs: list[Obj] = [{
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": _meta(app, names["root"], revision=revision, component="root"),
+        "data": {"flinkapp.json": json.dumps(app.canonical(), sort_keys=True, separators=(",", ":"))},
+    }]
+    if s.high_availability.enabled:
+        objs += [
+            {"apiVersion": "v1", "kind": "ServiceAccount",
+             "metadata": _meta(app, names["flink"], revision=revision, component="rbac")},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": _meta(app, names["flink"], revision=revision, component="rbac"),
+             "rules": [
+                 {"apiGroups": [""], "resources": ["configmaps"],
+                  "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                  "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+             ]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": _meta(app, names["flink"], revision=revision, component="rbac"),
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names["flink"]},
+             "subjects": [{"kind": "ServiceAccount", "name": names["flink"], "namespace": ns}]},
+        ]
+    objs.append({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": _meta(app, names["config"], revision=revision, component="config"),
+        "data": {"config.yaml": conf_text, "log4j-console.properties": LOG4J_CONSOLE},
+    })
+    if s.job.state is not JobState.SUSPENDED:
+        objs += _workloads(app, revision=revision, job_id=job_id, restore_path=restore_path,
+                           allow_non_restored_state=allow_non_restored_state, jar_path=jar_path,
+                           jar_url=jar_url, config_hash=config_hash)
+    if root_uid:
+        objs = with_owner(objs, root_name=names["root"], root_uid=root_uid)
+    return objs
+
+
+def _workloads(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: str | None,
+               allow_non_restored_state: bool, jar_path: str | None, jar_url: str | None,
+               config_hash: str) -> list[Obj]:
+    name = app.name
+    names = object_names(name)
+    s = app.spec
+    out: list[Obj] = [
+        {"apiVersion": "v1", "kind": "Service",
+         "metadata": _meta(app, names["jobmanager"], revision=revision, component="jobmanager"),
+         "spec": {"type": "ClusterIP", "selector": selector_labels(name, "jobmanager"), "ports": [
+             {"name": "rpc", "port": RPC_PORT, "targetPort": RPC_PORT, "protocol": "TCP"},
+             {"name": "blob", "port": BLOB_PORT, "targetPort": BLOB_PORT, "protocol": "TCP"}]}},
+        {"apiVersion": "v1", "kind": "Service",
+         "metadata": _meta(app, names["rest"], revision=revision, component="jobmanager"),
+         "spec": {"type": "ClusterIP", "selector": selector_labels(name, "jobmanager"), "ports": [
+             {"name": "rest", "port": REST_PORT, "targetPort": REST_PORT, "protocol": "TCP"}]}},
+    ]
+    tm_pod = _pod_spec(app, "taskmanager", ["taskmanager"], config_hash)
+    vcts = s.task_manager.volume_claim_templates
+    if vcts:
+        out.append({"apiVersion": "v1", "kind": "Service",
+                    "metadata": _meta(app, names["taskmanager"], revision=revision, component="taskmanager"),
+                    "spec": {"clusterIP": "None", "selector": selector_labels(name, "taskmanager"),
+                             "ports": [{"name": "rpc", "port": TM_RPC_PORT, "targetPort": TM_RPC_PORT,
+                                        "protocol": "TCP"}]}})
+        claims = []
+        for v in vcts:
+            claim_spec: Obj = {"accessModes": list(v.access_modes),
+                               "resources": {"requests": {"storage": v.storage}}}
+            if v.storage_class_name:
+                claim_spec["storageClassName"] = v.storage_class_name
+            claims.append({"metadata": {"name": v.name, "labels": selector_labels(name, "taskmanager")},
+                           "spec": claim_spec})
+        out.append({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                    "metadata": _meta(app, names["taskmanager"], revision=revision, component="taskmanager"),
+                    "spec": {"replicas": s.task_manager.replicas, "serviceName": names["taskmanager"],
+                             "podManagementPolicy": "Parallel",
+                             "selector": {"matchLabels": selector_labels(name, "taskmanager")},
+                             # PVCs go with the app (state lives in savepoints), but survive a scale-down.
+                             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete",
+                                                                      "whenScaled": "Retain"},
+                             "template": tm_pod, "volumeClaimTemplates": claims}})
+    else:
+        out.append({"apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": _meta(app, names["taskmanager"], revision=revision, component="taskmanager"),
+                    "spec": {"replicas": s.task_manager.replicas, "strategy": {"type": "Recreate"},
+                             "selector": {"matchLabels": selector_labels(name, "taskmanager")},
+                             "template": tm_pod}})
+    args = jobmanager_args(app, job_id=job_id, restore_path=restore_path,
+                           allow_non_restored_state=allow_non_restored_state, jar_path=jar_path,
+                           fetched=jar_url is not None)
+    jm_pod = _pod_spec(app, "jobmanager", args, config_hash, jar_url=jar_url, jar_path=jar_path)
+    out.append({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": _meta(app, names["jobmanager"], revision=revision, component="jobmanager"),
+                # Recreate: two JobManagers of one app must never run side by side.
+                "spec": {"replicas": s.job_manager.replicas, "strategy": {"type": "Recreate"},
+                         "selector": {"matchLabels": selector_labels(name, "jobmanager")},
+                         "template": jm_pod}})
+    return out
+
+
+def with_owner(objs: list[Obj], *, root_name: str, root_uid: str) -> list[Obj]:
+    """Copies of `objs` owned by the root ConfigMap (the root itself stays unowned)."""
+    out = []
+    for orig in objs:
+        o = copy.deepcopy(orig)
+        if o["metadata"]["name"] != root_name or o["kind"] != "ConfigMap":
+            o["metadata"]["ownerReferences"] = [{
+                "apiVersion": "v1", "kind": "ConfigMap", "name": root_name, "uid": root_uid,
+                "blockOwnerDeletion": False, "controller": False}]
+        out.append(o)
+    return out
+
+
+def to_yaml(objs: list[Obj]) -> str:
+    """A multi-document YAML stream, keys in rendering order (readable, stable for golden files)."""
+    y = YAML()
+    y.default_flow_style = False
+    y.width = 4096
+    buf = io.StringIO()
+    y.dump_all([_literal_blocks(o) for o in objs], buf)
+    return buf.getvalue()
+
+
+def _literal_blocks(v: Any) -> Any:
+    """Multi-line strings (config.yaml, log4j) as YAML block scalars, so they read like files."""
+    if isinstance(v, dict):
+        return {k: _literal_blocks(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_literal_blocks(x) for x in v]
+    if isinstance(v, str) and "\n" in v:
+        return LiteralScalarString(v)
+    return v
