@@ -6,7 +6,7 @@ sits behind this Protocol, so the daemon is tested with a recording fake.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class ReconcileService(Protocol):
@@ -23,3 +23,10 @@ class ReconcileService(Protocol):
     def shutdown(self, *, deadline_s: float) -> None:
         """Finish or park the current steps (journaled) and return."""
         ...
+
+
+@runtime_checkable
+class StatusSource(Protocol):
+    """Optional: a service that also implements this adds its per-app lines to the status page (`/`)."""
+
+    def status_text(self) -> str: ...
