@@ -262,6 +262,8 @@ def _plan_present(
         return blocked or _resume(ctx)
 
     if not running:  # Git says it runs and it did run: the job died or the cluster went away
+        if live.job_id and highest_class(changes) >= ChangeClass.UPGRADE:
+            return blocked or _upgrade(ctx, f"{highest_class(changes).label} change while the job is down")
         return blocked or _repair(ctx)
 
     job = live.job_id

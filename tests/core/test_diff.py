@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import pytest
+
+from reconciler.core.diff import class_of, diff, highest_class
+from reconciler.spec.model import ChangeClass
+from tests.core.builders import app, with_meta
+
+
+@pytest.mark.parametrize(
+    ("pointer", "expected"),
+    [
+        ("/metadata/labels/team", ChangeClass.IGNORE),
+        ("/metadata/namespace", ChangeClass.REDEPLOY),
+        ("/spec/taskManager/replicas", ChangeClass.SCALE),
+        ("/spec/taskManager/slots", ChangeClass.UPGRADE),
+        ("/spec/taskManager/resources/memory", ChangeClass.UPGRADE),
+        ("/spec/taskManager/volumeClaimTemplates/0/storage", ChangeClass.REDEPLOY),
+        ("/spec/job/parallelism", ChangeClass.UPGRADE),
+        ("/spec/job/args/1", ChangeClass.UPGRADE),
+        ("/spec/job/upgradeMode", ChangeClass.IGNORE),
+        ("/spec/job/maxCheckpointAge", ChangeClass.IGNORE),
+        ("/spec/flinkConfiguration/state.backend.type", ChangeClass.UPGRADE),
+        ("/spec/flinkConfiguration/a~1b", ChangeClass.UPGRADE),
+        ("/spec/podTemplate/spec/containers/0/env", ChangeClass.UPGRADE),
+        ("/spec/highAvailability/enabled", ChangeClass.REDEPLOY),
+        ("/spec/deletionPolicy", ChangeClass.IGNORE),
+        ("/spec/deadlines/start", ChangeClass.IGNORE),
+    ],
+)
+def test_every_field_has_its_change_class(pointer: str, expected: ChangeClass) -> None:
+    assert class_of(pointer) is expected
+
+
+def test_field_diff_is_json_patch_with_old_and_new_values() -> None:
+    old = app(job={"parallelism": 1, "args": ["a"]}).canonical()
+    new = with_meta(app(job={"parallelism": 2, "args": ["a", "b"]}), labels={"x": "y"}).canonical()
+    changes = diff(old, new)
+    assert [(c.op, c.path, c.old, c.new, c.change_class) for c in changes] == [
+        ("add", "/metadata/labels/x", None, "y", ChangeClass.IGNORE),
+        ("add", "/spec/job/args/1", None, "b", ChangeClass.UPGRADE),
+        ("replace", "/spec/job/parallelism", 1, 2, ChangeClass.UPGRADE),
+    ]
+    assert highest_class(changes) is ChangeClass.UPGRADE
+
+
+def test_no_previous_means_no_field_diff_and_equal_is_empty() -> None:
+    a = app().canonical()
+    assert diff(None, a) == ()
+    assert diff(a, a) == ()
+    assert highest_class(()) is ChangeClass.IGNORE
+
+
+def test_removed_field_reports_the_old_value() -> None:
+    old = app(flinkConfiguration={"a": "1", "b": "2"}).canonical()
+    new = app(flinkConfiguration={"a": "1"}).canonical()
+    (change,) = diff(old, new)
+    assert (change.op, change.path, change.old, change.new) == ("remove", "/spec/flinkConfiguration/b", "2", None)
