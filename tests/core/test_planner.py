@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 from datetime import timedelta
 
 import pytest
@@ -23,7 +24,7 @@ from tests.core.builders import (
 )
 
 SAVEPOINT, LAST_STATE, STATELESS = "savepoint", "last-state", "stateless"
-CKPT = {"flinkConfiguration": {"execution.checkpointing.interval": "5s"}}
+CKPT: dict[str, Any] = {"flinkConfiguration": {"execution.checkpointing.interval": "5s"}}
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class Row:
     rollback: tuple[str, ...] = ()
 
 
-def mode(m: str, **kw: object) -> dict[str, object]:
+def mode(m: str, **kw: Any) -> dict[str, Any]:
     return {"job": {"upgradeMode": m, **kw}}
 
 
