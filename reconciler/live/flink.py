@@ -1,0 +1,437 @@
+"""The only module that talks to Flink's REST API.
+
+Every call has a timeout. Failures become `FlinkRestError`s whose class tells the executor whether to
+retry (`FlinkTransientError`, a `TransientStepError`) or not (`FlinkPermanentError`, a
+`PermanentStepError`); they keep Flink's own `errors` list and a short `cause` (the deepest
+"Caused by:" line), because that text is what a user needs on the commit status.
+
+Never calls `POST /applications/{id}/cancel`: on Flink 2.3 it crashes the JobManager for an application
+left behind by a failed submit (see FLINK_FACTS.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from reconciler.errors import JobNotFoundError, PermanentStepError, StepError, TransientStepError
+from reconciler.live.ports import CheckpointStats, ClusterOverview, JobSummary, SavepointStatus
+
+# Submits run the job's main() inside the JobManager: give them more time than a status read.
+_SUBMIT_TIMEOUT_FLOOR = 60.0
+_JSON = "application/json"
+
+# Flink answers these while a job is still being deployed; asking again a moment later succeeds.
+_TRANSIENT_MARKERS = (
+    "Not all required tasks are currently running",
+    "not all required tasks are currently running",
+    "is not in state RUNNING",
+    "Job is not running",
+    "Pending checkpoint",
+    "has been disposed",
+)
+# A 5xx containing one of these fails the same way every time: the user's jar or arguments are wrong.
+_PERMANENT_MARKERS = (
+    "ClassNotFoundException",
+    "NoClassDefFoundError",
+    "ProgramInvocationException",
+    "ProgramMissingJobException",
+    "NoSuchMethodException",
+    "FileNotFoundException",
+    "IllegalArgumentException",
+    "Could not find the main class",
+    "does not exist",
+)
+_DUPLICATE_MARKERS = (
+    "DuplicateJobSubmissionException", "DuplicateApplicationSubmissionException", "already been submitted",
+)
+
+_CAUSED_BY = re.compile(r"^\s*Caused by:\s*(.+?)\s*$", re.MULTILINE)
+
+
+class FlinkRestError(StepError):
+    """A Flink REST call failed. Base of the transient/permanent pair; catch the pair's parents."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        method: str,
+        url: str,
+        status: int | None = None,
+        errors: tuple[str, ...] = (),
+    ) -> None:
+        self.method = method
+        self.url = url
+        self.status = status
+        self.errors = errors
+        self.cause = summarize_errors(errors) if errors else message
+        where = f"{method} {url}" + (f" -> {status}" if status is not None else "")
+        text = f"{message} ({where})"
+        if errors and self.cause != message:
+            text += f": {self.cause}"
+        super().__init__(text)
+
+
+class FlinkTransientError(FlinkRestError, TransientStepError):
+    """Worth retrying: 5xx, tasks not running yet, operation not ready."""
+
+
+class FlinkUnavailableError(FlinkTransientError):
+    """The JobManager could not be reached: connection refused, reset or timed out."""
+
+
+class FlinkPermanentError(FlinkRestError, PermanentStepError):
+    """Retrying will not help: a bad savepoint path, a bad entry class, a rejected request."""
+
+
+def summarize_stack(text: str) -> str:
+    """A stack trace -> its deepest 'Caused by:' line (or its first line): what actually went wrong."""
+    causes = _CAUSED_BY.findall(text)
+    if causes:
+        return str(causes[-1])[:1000]
+    for raw in text.splitlines():
+        line = raw.strip().removeprefix("<Exception on server side:").strip()
+        if line and not line.startswith("at "):
+            return line[:1000]
+    return text.strip()[:1000]
+
+
+def summarize_errors(errors: tuple[str, ...] | list[str]) -> str:
+    """Flink's `errors` list -> one readable line. The first entry is often just 'Internal server error.'."""
+    useful = [e for e in errors if e.strip() and e.strip() != "Internal server error."]
+    deepest = [summarize_stack(e) for e in useful]
+    if not deepest:
+        return "; ".join(e.strip() for e in errors) or "no error text"
+    # The entry with a Caused-by chain is the most specific; fall back to the last one.
+    for e, short in zip(useful, deepest, strict=True):
+        if _CAUSED_BY.search(e):
+            return short
+    return deepest[-1]
+
+
+def is_transient_text(text: str) -> bool:
+    """True when Flink's error text says 'not yet' rather than 'never' (also for savepoint failures)."""
+    return any(m in text for m in _TRANSIENT_MARKERS)
+
+
+class FlinkRestClient:
+    """`reconciler.live.ports.FlinkApi` over httpx.
+
+    `base_url` may carry a path (the Kubernetes API server's service proxy); request paths are appended
+    to it. A caller-supplied `client` (auth, TLS) is used as is and not closed by `close()`.
+    """
+
+    def __init__(self, base_url: str, *, client: httpx.Client | None = None, timeout: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._timeout = timeout
+        self._own_client = client is None
+        self._client = client if client is not None else httpx.Client(timeout=timeout)
+
+    def close(self) -> None:
+        if self._own_client:
+            self._client.close()
+
+    def __enter__(self) -> FlinkRestClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"FlinkRestClient({self.base_url!r})"
+
+    # -- cluster ------------------------------------------------------------------------------------
+
+    def overview(self) -> ClusterOverview:
+        body = self._json("GET", "/overview")
+        return ClusterOverview(
+            taskmanagers=int(body.get("taskmanagers", 0)),
+            slots_total=int(body.get("slots-total", 0)),
+            slots_available=int(body.get("slots-available", 0)),
+            flink_version=str(body.get("flink-version", "")),
+        )
+
+    def taskmanagers(self) -> list[dict[str, Any]]:
+        """Registered TaskManagers as Flink reports them (id, slotsNumber, freeSlots, ...)."""
+        body = self._json("GET", "/taskmanagers")
+        return [dict(tm) for tm in body.get("taskmanagers", [])]
+
+    # -- jobs ---------------------------------------------------------------------------------------
+
+    def jobs(self) -> list[JobSummary]:
+        # /jobs/overview is not cached by the REST handlers (unlike /jobs/{id}), so it shows task
+        # states the moment they change.
+        body = self._json("GET", "/jobs/overview")
+        return [_job_summary(j) for j in body.get("jobs", [])]
+
+    def job(self, job_id: str) -> JobSummary:
+        for j in self.jobs():
+            if j.job_id == job_id:
+                return j
+        # Not in the overview: let the JobManager answer for this id (404 -> JobNotFoundError).
+        body = self._json("GET", f"/jobs/{job_id}", job_id=job_id)
+        running = total = 0
+        for v in body.get("vertices", []):
+            total += int(v.get("parallelism", 0))
+            running += int((v.get("tasks") or {}).get("RUNNING", 0))
+        return JobSummary(
+            job_id=str(body.get("jid", job_id)),
+            name=str(body.get("name", "")),
+            state=str(body.get("state", "UNKNOWN")),
+            tasks_running=running,
+            tasks_total=total,
+            start_time_ms=int(body.get("start-time", 0)),
+        )
+
+    def exceptions(self, job_id: str) -> list[str]:
+        """The job's exception history, newest first, each as '<exception>: <deepest cause>'."""
+        body = self._json("GET", f"/jobs/{job_id}/exceptions", job_id=job_id)
+        history = (body.get("exceptionHistory") or {}).get("entries") or []
+        out: list[str] = []
+        for entry in history:
+            trace = str(entry.get("stacktrace") or entry.get("exceptionName") or "")
+            task = entry.get("taskName")
+            line = summarize_stack(trace)
+            out.append(f"{line} (task {task})" if task else line)
+        if not out and body.get("root-exception"):
+            out.append(summarize_stack(str(body["root-exception"])))
+        return out
+
+    def cancel(self, job_id: str) -> None:
+        """Cancel; a job that is already terminal (409) is not an error."""
+        self._request("PATCH", f"/jobs/{job_id}?mode=cancel", job_id=job_id, ok_statuses=(409,))
+
+    # -- savepoints and checkpoints -----------------------------------------------------------------
+
+    def trigger_savepoint(self, job_id: str, *, cancel_job: bool = False) -> str:
+        body = self._json(
+            "POST", f"/jobs/{job_id}/savepoints", job_id=job_id,
+            payload={"cancel-job": cancel_job, "formatType": "CANONICAL"},
+        )
+        return _request_id(body, self, f"/jobs/{job_id}/savepoints")
+
+    def stop_with_savepoint(self, job_id: str, *, drain: bool = False) -> str:
+        body = self._json(
+            "POST", f"/jobs/{job_id}/stop", job_id=job_id, payload={"drain": drain, "formatType": "CANONICAL"}
+        )
+        return _request_id(body, self, f"/jobs/{job_id}/stop")
+
+    def savepoint_status(self, job_id: str, trigger_id: str) -> SavepointStatus:
+        """Poll a savepoint or stop-with-savepoint. COMPLETED with a failure-cause is a failure."""
+        body = self._json("GET", f"/jobs/{job_id}/savepoints/{trigger_id}", job_id=job_id)
+        state = str((body.get("status") or {}).get("id", ""))
+        if state != "COMPLETED":
+            return SavepointStatus(done=False)
+        op = body.get("operation") or {}
+        failure = op.get("failure-cause")
+        if failure:
+            trace = str(failure.get("stack-trace") or failure.get("class") or failure)
+            first = summarize_stack(trace.split("\nCaused by:", 1)[0])
+            deepest = summarize_stack(trace)
+            text = first if first == deepest else f"{first} (caused by: {deepest})"
+            return SavepointStatus(done=True, failure=text)
+        location = op.get("location")
+        if not location:
+            return SavepointStatus(done=True, failure=f"savepoint completed without a location: {op!r}"[:500])
+        return SavepointStatus(done=True, location=str(location))
+
+    def checkpoints(self, job_id: str) -> CheckpointStats:
+        body = self._json("GET", f"/jobs/{job_id}/checkpoints", job_id=job_id)
+        latest = body.get("latest") or {}
+        completed = latest.get("completed") or {}
+        restored = latest.get("restored") or {}
+        ack_ms = completed.get("latest_ack_timestamp")
+        return CheckpointStats(
+            completed_count=int((body.get("counts") or {}).get("completed", 0)),
+            latest_completed_id=int(completed["id"]) if "id" in completed else None,
+            latest_completed_path=completed.get("external_path") or None,
+            latest_completed_at=datetime.fromtimestamp(ack_ms / 1000, UTC) if ack_ms else None,
+            restored_path=restored.get("external_path") or None,
+            restored_is_savepoint=bool(restored["is_savepoint"]) if "is_savepoint" in restored else None,
+        )
+
+    # -- jars ---------------------------------------------------------------------------------------
+
+    def upload_jar(self, path: Path) -> str:
+        """Upload a jar; returns the jar id Flink assigned (the basename of its stored file)."""
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise FlinkPermanentError(
+                f"cannot read jar {path}: {e.strerror or e}", method="POST", url=self._url("/jars/upload")
+            ) from e
+        body = self._json(
+            "POST", "/jars/upload",
+            files={"jarfile": (path.name, data, "application/x-java-archive")},
+            timeout=max(self._timeout, _SUBMIT_TIMEOUT_FLOOR),
+        )
+        filename = str(body.get("filename") or "")
+        if body.get("status") != "success" or not filename:
+            raise FlinkPermanentError(
+                f"jar upload of {path} was not accepted: {body!r}"[:500], method="POST",
+                url=self._url("/jars/upload"),
+            )
+        return filename.replace("\\", "/").rsplit("/", 1)[-1]
+
+    def delete_jar(self, jar_id: str) -> None:
+        self._request("DELETE", f"/jars/{jar_id}", ok_statuses=(404,))
+
+    def run_jar(
+        self,
+        jar_id: str,
+        *,
+        job_id: str,
+        entry_class: str | None = None,
+        args: tuple[str, ...] = (),
+        parallelism: int | None = None,
+        savepoint_path: str | None = None,
+        allow_non_restored_state: bool = False,
+        flink_configuration: dict[str, str] | None = None,
+    ) -> str:
+        """Submit with a caller-chosen job id. A job with that id already there (from an earlier,
+        maybe timed-out, attempt) is returned as is: a retried submit never makes a second job."""
+        if any(j.job_id == job_id for j in self.jobs()):
+            return job_id
+        payload: dict[str, Any] = {
+            "jobId": job_id,
+            "programArgsList": list(args),
+            "allowNonRestoredState": allow_non_restored_state,
+            "claimMode": "NO_CLAIM",
+        }
+        if entry_class:
+            payload["entryClass"] = entry_class
+        if parallelism is not None:
+            payload["parallelism"] = parallelism
+        if savepoint_path:
+            payload["savepointPath"] = savepoint_path
+        if flink_configuration:
+            payload["flinkConfiguration"] = dict(flink_configuration)
+        try:
+            body = self._json(
+                "POST", f"/jars/{jar_id}/run", payload=payload, timeout=max(self._timeout, _SUBMIT_TIMEOUT_FLOOR)
+            )
+        except FlinkRestError as e:
+            if any(m in t for t in e.errors for m in _DUPLICATE_MARKERS):
+                return job_id
+            raise
+        return str(body.get("jobid") or job_id)
+
+    # -- plumbing -----------------------------------------------------------------------------------
+
+    def _url(self, path: str) -> str:
+        return self.base_url + path
+
+    def _json(
+        self,
+        method: str,
+        path: str,
+        *,
+        job_id: str | None = None,
+        payload: Mapping[str, Any] | None = None,
+        files: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        resp = self._request(method, path, job_id=job_id, payload=payload, files=files, timeout=timeout)
+        try:
+            body = resp.json()
+        except ValueError as e:
+            raise FlinkTransientError(
+                f"Flink answered with non-JSON: {resp.text[:300]!r}", method=method, url=self._url(path),
+                status=resp.status_code,
+            ) from e
+        if not isinstance(body, dict):
+            raise FlinkTransientError(
+                f"Flink answered with unexpected JSON: {body!r}"[:300], method=method, url=self._url(path),
+                status=resp.status_code,
+            )
+        return body
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        job_id: str | None = None,
+        payload: Mapping[str, Any] | None = None,
+        files: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        ok_statuses: tuple[int, ...] = (),
+    ) -> httpx.Response:
+        url = self._url(path)
+        try:
+            resp = self._client.request(
+                method, url,
+                json=dict(payload) if payload is not None else None,
+                files=dict(files) if files is not None else None,
+                headers={"Accept": _JSON},
+                timeout=timeout if timeout is not None else self._timeout,
+            )
+        except httpx.TimeoutException as e:
+            raise FlinkUnavailableError(
+                f"Flink REST timed out: {type(e).__name__}: {e}", method=method, url=url
+            ) from e
+        except httpx.TransportError as e:
+            raise FlinkUnavailableError(
+                f"Flink REST unreachable: {type(e).__name__}: {e}", method=method, url=url
+            ) from e
+        if resp.is_success or resp.status_code in ok_statuses:
+            return resp
+        raise _error_for(resp, method=method, url=url, job_id=job_id)
+
+
+def _job_summary(j: Mapping[str, Any]) -> JobSummary:
+    tasks = j.get("tasks") or {}
+    return JobSummary(
+        job_id=str(j.get("jid", "")),
+        name=str(j.get("name", "")),
+        state=str(j.get("state", "UNKNOWN")),
+        tasks_running=int(tasks.get("running", 0)),
+        tasks_total=int(tasks.get("total", 0)),
+        start_time_ms=int(j.get("start-time", 0)),
+    )
+
+
+def _request_id(body: Mapping[str, Any], client: FlinkRestClient, path: str) -> str:
+    rid = body.get("request-id")
+    if not rid:
+        raise FlinkTransientError(f"no request-id in Flink's answer: {body!r}"[:300], method="POST",
+                                  url=client.base_url + path)
+    return str(rid)
+
+
+def _errors_of(resp: httpx.Response) -> tuple[str, ...]:
+    try:
+        body = resp.json()
+    except ValueError:
+        return (resp.text.strip()[:2000],) if resp.text.strip() else ()
+    if isinstance(body, dict):
+        errs = body.get("errors")
+        if isinstance(errs, list):
+            return tuple(str(e) for e in errs)
+        if "message" in body:  # the Kubernetes API server's Status, when proxied
+            return (str(body["message"]),)
+    return (str(body)[:2000],)
+
+
+def _error_for(resp: httpx.Response, *, method: str, url: str, job_id: str | None) -> Exception:
+    status = resp.status_code
+    errors = _errors_of(resp)
+    text = "\n".join(errors)
+    if status == 404 and job_id is not None and "savepoint" not in url.rsplit(job_id, 1)[-1]:
+        return JobNotFoundError(
+            f"Flink does not know job {job_id} ({method} {url} -> 404): {summarize_errors(errors)}"
+        )
+    if is_transient_text(text):
+        return FlinkTransientError("Flink is not ready for this yet", method=method, url=url, status=status,
+                                   errors=errors)
+    if status >= 500 and not any(m in text for m in _PERMANENT_MARKERS):
+        return FlinkTransientError("Flink server error", method=method, url=url, status=status, errors=errors)
+    if status in (408, 429, 502, 503, 504):
+        return FlinkTransientError("Flink is busy", method=method, url=url, status=status, errors=errors)
+    return FlinkPermanentError("Flink rejected the request", method=method, url=url, status=status, errors=errors)
