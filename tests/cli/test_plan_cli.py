@@ -1,0 +1,127 @@
+"""`flink-reconciler plan` on a real Git repo: exactly the actions of the commit, in every format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from reconciler.cli import main
+from reconciler.core.plan import Plan
+from tests.gitutil import Repo, spec
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> tuple[Repo, str, str]:
+    r = Repo(tmp_path)
+    r.write("apps/orders.yaml", spec("orders"))
+    r.write("apps/clicks.yaml", spec("clicks", mode="last-state"))
+    r.write("apps/legacy.yaml", spec("legacy"))
+    r.write("README.md", "not a spec\n")
+    a = r.commit("initial apps")
+    r.write("apps/orders.yaml", spec("orders", parallelism=2))
+    r.write("apps/fraud.yaml", spec("fraud"))
+    r.remove("apps/legacy.yaml")
+    b = r.commit("orders p=2, add fraud, drop legacy")
+    return r, a, b
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_plan_json_lists_exactly_the_commits_actions(repo: tuple[Repo, str, str], tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    r, a, b = repo
+    code, out, _ = run(capsys, "plan", "--repo", str(r.origin), "--base", a, "--head", b, "--format", "json",
+                       "--prune", "--detailed-exitcode", "--cache-dir", str(tmp_path / "cache"))
+    assert code == 2
+    plan = Plan.from_json(out)
+    assert (plan.revision, plan.base_revision, plan.mode) == (b, a, "offline")
+    actions = {p.app: p.action.value for p in plan.apps}
+    assert actions == {"orders": "upgrade", "fraud": "create", "legacy": "delete", "clicks": "no-op"}
+    steps = {p.app: [s.type for s in p.steps] for p in plan.apps}
+    assert steps["orders"] == ["StopWithSavepoint", "EnsureCluster", "StartJob", "AwaitRunning"]
+    assert steps["fraud"] == ["EnsureCluster", "StartJob", "AwaitRunning"]
+    assert steps["legacy"] == ["StopWithSavepoint", "DeleteCluster"]
+    orders = plan.app("orders")
+    assert [(c.path, c.old, c.new) for c in orders.diff] == [("/spec/job/parallelism", 1, 2)]
+    assert orders.source_file == "apps/orders.yaml"
+
+
+def test_plan_markdown_is_a_pr_comment(repo: tuple[Repo, str, str], tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    r, a, b = repo
+    code, out, _ = run(capsys, "plan", "--repo", str(r.work), "--base", a, "--head", b, "--format", "markdown",
+                       "--prune", "--cache-dir", str(tmp_path / "cache"))
+    assert code == 0
+    assert "**4 apps: 1 delete, 1 upgrade (savepoint), 1 create, 1 unchanged**" in out
+    assert "> - **`legacy`: DELETES APP legacy: spec removed from Git**" in out
+    assert out.count("<details>") == 3  # unchanged apps are listed, not expanded
+    assert "```diff\n- /spec/job/parallelism: 1\n+ /spec/job/parallelism: 2  (upgrade)\n```" in out
+    assert "1. stop job" in out and "with a savepoint" in out
+    assert "Unchanged: `clicks`" in out
+
+
+def test_plan_without_prune_keeps_removed_apps(repo: tuple[Repo, str, str], tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    r, a, b = repo
+    code, out, _ = run(capsys, "plan", "--repo", str(r.origin), "--base", a, "--head", b,
+                       "--cache-dir", str(tmp_path / "cache"), "--color", "never")
+    assert code == 0
+    assert "= legacy: no-op" in out and "pruning is disabled" in out
+    assert "\x1b[" not in out
+
+
+def test_plan_with_a_broken_spec_exits_1_and_names_the_line(repo: tuple[Repo, str, str], tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    r, _, b = repo
+    r.write("apps/orders.yaml", spec("orders", parallelism=2).replace("parallelism:", "paralelism:"))
+    c = r.commit("typo")
+    code, out, _ = run(capsys, "plan", "--repo", str(r.origin), "--base", b, "--head", c, "--prune",
+                       "--format", "json", "--cache-dir", str(tmp_path / "cache"))
+    assert code == 1
+    orders = Plan.from_json(out).app("orders")
+    assert orders.action.value == "error" and orders.steps == ()
+    assert "apps/orders.yaml:10:5 spec.job.paralelism: unknown field 'paralelism' (did you mean 'parallelism'?)" \
+        in orders.reason
+
+
+def test_plan_out_file_round_trips(repo: tuple[Repo, str, str], tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    r, a, b = repo
+    out_file = tmp_path / "plan.json"
+    run(capsys, "plan", "--repo", str(r.origin), "--base", a, "--head", b, "--out", str(out_file),
+        "--cache-dir", str(tmp_path / "cache"))
+    saved = Plan.from_json(out_file.read_text())
+    assert saved.to_json() == out_file.read_text()
+    assert json.loads(out_file.read_text())["format_version"] == 1
+
+
+def test_validate_examples_and_a_broken_copy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    examples = Path(__file__).parents[2] / "examples-repo"
+    code, out, _ = run(capsys, "validate", str(examples))
+    assert code == 0 and out.strip() == "ok: 4 valid app(s) in 4 file(s)"
+    broken = tmp_path / "broken"
+    (broken / "apps").mkdir(parents=True)
+    text = (examples / "apps" / "orders.yaml").read_text().replace("upgradeMode: savepoint", "upgradeMode: safe")
+    (broken / "apps" / "orders.yaml").write_text(text)
+    (broken / "apps" / "clicks.yaml").write_text((examples / "apps" / "clicks.yaml").read_text())
+    code, out, err = run(capsys, "validate", str(broken))
+    assert code == 1
+    assert f"{broken}/apps/orders.yaml:22:5 spec.job.upgradeMode: Input should be" in err
+    assert out.strip() == "1 error: 1 valid app(s) in 2 file(s)"
+
+
+def test_schema_in_repo_is_in_sync(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "schema")
+    checked_in = (Path(__file__).parents[2] / "schemas" / "flinkapp.schema.json").read_text()
+    assert code == 0
+    assert out == checked_in, "schemas/flinkapp.schema.json is stale: run `flink-reconciler schema --out " \
+                              "schemas/flinkapp.schema.json`"
+    schema = json.loads(out)
+    job = schema["$defs"]["JobSpec"]["properties"]
+    assert job["parallelism"]["x-change-class"] == "upgrade" and "jarURI" in job
