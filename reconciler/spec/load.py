@@ -79,6 +79,13 @@ class LoadedApp:
     app: FlinkApp
     file: str
     doc_index: int
+    line: int | None = None  # where the document starts
+
+
+@dataclass(frozen=True)
+class FileResult:
+    apps: tuple[LoadedApp, ...] = ()
+    errors: tuple[SpecError, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,7 @@ class LoadResult:
     errors: tuple[SpecError, ...] = ()
     files: frozenset[str] = frozenset()  # every spec file seen
     broken_files: frozenset[str] = frozenset()  # files with at least one error
+    by_file: Mapping[str, FileResult] = field(default_factory=dict, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -95,32 +103,50 @@ class LoadResult:
     def apps_in(self, file: str) -> list[str]:
         return [n for n, a in self.apps.items() if a.file == file]
 
+    def update(self, changed: Mapping[str, bytes | None]) -> LoadResult:
+        """Re-parse only `changed` files (None: deleted); the incremental path of the daemon."""
+        per_file = dict(self.by_file)
+        for path, data in changed.items():
+            if data is None:
+                per_file.pop(path, None)
+            else:
+                per_file[path] = _file_result(path, data)
+        return _combine(per_file)
+
 
 def load_files(files: Mapping[str, bytes]) -> LoadResult:
     """Load every document of every file; collect errors instead of stopping at the first."""
-    apps: dict[str, LoadedApp] = {}
+    return _combine({path: _file_result(path, data) for path, data in files.items()})
+
+
+def _file_result(path: str, data: bytes) -> FileResult:
+    apps, errors = load_file(path, data)
+    return FileResult(tuple(apps), tuple(errors))
+
+
+def _combine(per_file: Mapping[str, FileResult]) -> LoadResult:
     errors: list[SpecError] = []
     seen: dict[str, list[LoadedApp]] = {}
-    for path in sorted(files):
-        loaded, errs = load_file(path, files[path])
-        errors.extend(errs)
-        for la in loaded:
+    for path in sorted(per_file):
+        fr = per_file[path]
+        errors.extend(fr.errors)
+        for la in fr.apps:
             seen.setdefault(la.app.name, []).append(la)
+    apps: dict[str, LoadedApp] = {}
     for name, places in seen.items():
         if len(places) == 1:
             apps[name] = places[0]
             continue
         where = ", ".join(f"{p.file} (document {p.doc_index + 1})" for p in places)
         for p in places:
-            errors.append(
-                SpecError(f"duplicate app name {name!r}: defined in {where}", file=p.file,
-                          line=_doc_line(files[p.file], p.doc_index), field="metadata.name", app=name)
-            )
+            errors.append(SpecError(f"duplicate app name {name!r}: defined in {where}", file=p.file,
+                                    line=p.line, field="metadata.name", app=name))
     return LoadResult(
         apps=apps,
         errors=tuple(errors),
-        files=frozenset(files),
+        files=frozenset(per_file),
         broken_files=frozenset(e.file for e in errors),
+        by_file=per_file,
     )
 
 
@@ -173,13 +199,26 @@ def load_file(path: str, data: bytes) -> tuple[list[LoadedApp], list[SpecError]]
             continue
         try:
             _check_nodes(doc)
-            apps.append(LoadedApp(FlinkApp.model_validate(doc), path, i))
+            apps.append(LoadedApp(FlinkApp.model_validate(doc), path, i, _doc_start(text, i)))
         except SpecLimitError as e:
             errors.append(SpecLimitError(e.message, file=path))
         except ValidationError as e:
             locator = locator or _Locator(text)
             errors.extend(_spec_errors(e, path, i, doc, locator))
     return apps, errors
+
+
+_DOC_SEPARATOR = re.compile(r"^---(?:[ \t]|$)", re.MULTILINE)
+
+
+def _doc_start(text: str, doc_index: int) -> int:
+    """1-based line where document `doc_index` starts (cheap: separators only, no parse)."""
+    seps = list(_DOC_SEPARATOR.finditer(text))
+    starts = [text.count("\n", 0, m.start()) + 1 for m in seps]
+    head = text[: seps[0].start()] if seps else text
+    if any(ln.strip() and not ln.lstrip().startswith(("#", "%")) for ln in head.splitlines()):
+        starts.insert(0, 1)  # content before the first '---' is a document of its own
+    return starts[doc_index] if doc_index < len(starts) else 1
 
 
 def _parse_all(text: str) -> list[Any]:
@@ -287,13 +326,6 @@ def _dotted(loc: Iterable[Any]) -> str:
         else:
             out += ("." if out else "") + str(part)
     return out
-
-
-def _doc_line(data: bytes, doc_index: int) -> int | None:
-    try:
-        return _Locator(data.decode("utf-8")).find(doc_index, ())[0]
-    except Exception:  # locating is best effort; the error itself is already known
-        return None
 
 
 class _Locator:
