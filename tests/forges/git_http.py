@@ -34,7 +34,7 @@ class GitHttpServer:
         )
         self.requests: list[tuple[str, str, int]] = []  # (method, path, status)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def url(self) -> str:

@@ -1,0 +1,52 @@
+"""Statuses as git notes on the commit, pushed to origin: works with any Git server, no API token.
+
+One note per commit under refs/notes/flink-reconciler, one line per app:
+
+    flink-reconciler/orders: success - applied, job RUNNING
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from reconciler.errors import ReportError, SourceAuthError, SourceError, TransientReportError
+from reconciler.report.status import CommitStatus, one_line
+from reconciler.source.git import NOTES_REF, GitSource
+
+
+def note_line(status: CommitStatus) -> str:
+    line = f"{status.context}: {status.state.value} - {status.one_line_description()}"
+    if status.target_url:
+        line += f" ({one_line(status.target_url)})"
+    return line
+
+
+class GitNotesSink:
+    name = "git-notes"
+
+    def __init__(self, source: GitSource, *, ref: str = NOTES_REF, push: bool = True) -> None:
+        self._source = source
+        self._ref = ref
+        self._push = push
+
+    def __repr__(self) -> str:
+        return f"GitNotesSink({self._source.url} {self._ref})"
+
+    def post(self, status: CommitStatus) -> None:
+        self.post_batch([status])
+
+    def post_batch(self, statuses: Sequence[CommitStatus]) -> None:
+        """Write every line locally, then push once."""
+        try:
+            for status in statuses:
+                self._source.add_note(status.revision, status.context, note_line(status), ref=self._ref)
+        except SourceError as e:  # e.g. a commit we never fetched: retrying will not make it appear
+            raise ReportError(f"git notes: {e}") from None
+        if not self._push:
+            return
+        try:
+            self._source.push_notes(self._ref)
+        except SourceAuthError as e:
+            raise ReportError(f"git notes: {e}") from None
+        except SourceError as e:  # unreachable, or raced another writer too often
+            raise TransientReportError(f"git notes: {e}") from None
