@@ -1,0 +1,1 @@
+"""The imperative shell that changes the world: the journaled, resumable executor of plans."""
