@@ -22,7 +22,7 @@ _MISSING = object()
 
 def diff(old: dict[str, Any] | None, new: dict[str, Any]) -> tuple[FieldChange, ...]:
     """Changes from `old` to `new` (canonical FlinkApp JSON). `old` None: everything is added."""
-    if old is None:
+    if old is None or old == new:
         return ()
     ops = jsonpatch.make_patch(old, new).patch
     out: list[FieldChange] = []

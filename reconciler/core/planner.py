@@ -8,7 +8,7 @@ with an instruction.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
@@ -43,7 +43,6 @@ from reconciler.core.plan import (
     Step,
     StopWithSavepoint,
     deterministic_job_id,
-    spec_hash,
 )
 from reconciler.errors import SpecError
 from reconciler.spec.load import LoadResult
@@ -84,12 +83,15 @@ class PlanInput:
     base_revision: str | None = None
 
 
-def plan(inp: PlanInput) -> Plan:
-    names = sorted(set(inp.desired.apps) | set(inp.previous) | _erroring_apps(inp.desired))
-    deletions = [n for n in names if n in inp.previous and n not in inp.desired.apps
-                 and not _source_broken(n, inp)]
+def plan(inp: PlanInput, only: Collection[str] | None = None) -> Plan:
+    """Plan every app, or only the apps in `only` (the incremental path: files changed in one push).
+
+    The mass-deletion guard always counts the whole repository, whatever `only` says."""
+    names = set(inp.desired.apps) | set(inp.previous) | _erroring_apps(inp.desired)
+    deletions = [n for n in set(inp.previous) - set(inp.desired.apps) if not _source_broken(n, inp)]
     guard = _mass_delete_guard(len(deletions), inp)
-    apps = tuple(_plan_app(name, inp, guard) for name in names)
+    selected = sorted(names if only is None else names & set(only))
+    apps = tuple(_plan_app(name, inp, guard) for name in selected)
     return Plan(
         revision=inp.revision,
         base_revision=inp.base_revision,
@@ -241,7 +243,7 @@ def _plan_present(
 
     if previous is None:
         if live.job_id and running:
-            if live.deployed_spec_hash == spec_hash(desired.canonical()):
+            if live.deployed_spec_hash == desired.spec_hash:
                 return ctx.app_plan(Action.NOOP, "already running this spec (adopted)")
             return blocked or _upgrade(ctx, "a running job not in our records: redeploying the desired spec "
                                             "from a savepoint of it")
@@ -293,7 +295,7 @@ def _failed_before(ctx: _Ctx) -> AppPlan | None:
     rec = ctx.inp.records.get(ctx.name)
     if not rec or rec.last_outcome is not Outcome.FAILURE:
         return None
-    if rec.last_attempted_spec_hash != spec_hash(ctx.desired.canonical()):
+    if rec.last_attempted_spec_hash != ctx.desired.spec_hash:
         return None
     return ctx.app_plan(
         Action.BLOCKED,
@@ -512,7 +514,7 @@ def assumed_live(previous: Mapping[str, FlinkApp], base_revision: str) -> LiveSt
             job_id=deterministic_job_id(name, base_revision, 1) if running else None,
             flink_state="RUNNING" if running else None,
             job=JobPhase.RUNNING if running else JobPhase.NONE,
-            deployed_spec_hash=spec_hash(app.canonical()),
+            deployed_spec_hash=app.spec_hash,
         )
     return LiveState(apps=apps)
 

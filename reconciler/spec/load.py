@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,18 +49,19 @@ _Loader.add_implicit_resolver(
 )
 
 
-def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    out: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if key in out:
-            mark = key_node.start_mark
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", mark
-            )
-        out[key] = loader.construct_object(value_node, deep=True)
-    return out
+def _construct_map(loader: _Loader, node: yaml.MappingNode) -> Iterator[dict[Any, Any]]:
+    # Duplicate keys are caught on the scalar nodes (cheap), then PyYAML's own lazy construction runs.
+    seen: set[str] = set()
+    for key_node, _ in node.value:
+        if isinstance(key_node, yaml.ScalarNode):
+            if key_node.value in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key_node.value!r}", key_node.start_mark
+                )
+            seen.add(key_node.value)
+    data: dict[Any, Any] = {}
+    yield data
+    data.update(loader.construct_mapping(node))
 
 
 def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
@@ -70,7 +71,7 @@ def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
     return int(text, 0) if text.startswith("0x") else int(text)
 
 
-_Loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+_Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)
 _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 

@@ -7,9 +7,12 @@ class of all changed fields; see `reconciler.core.diff`.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from datetime import timedelta
 from enum import IntEnum, StrEnum
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -385,6 +388,18 @@ class FlinkApp(_Model):
     def name(self) -> str:
         return self.metadata.name
 
-    def canonical(self) -> dict[str, Any]:
-        """The JSON form used for diffs and hashes: aliases, defaults filled in."""
+    @cached_property
+    def _canonical(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
+
+    @cached_property
+    def spec_hash(self) -> str:
+        """Short content hash of `spec` (what a cluster was deployed from); metadata does not count."""
+        body = json.dumps(self._canonical["spec"], sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+    def canonical(self) -> dict[str, Any]:
+        """The JSON form used for diffs and hashes: aliases, defaults filled in.
+
+        Computed once per (immutable) model and shared: treat it as read-only."""
+        return self._canonical

@@ -43,7 +43,7 @@ def app(name: str = "orders", **spec: Any) -> FlinkApp:
 
 
 def with_meta(a: FlinkApp, **meta: Any) -> FlinkApp:
-    doc = a.canonical()
+    doc = copy.deepcopy(a.canonical())
     doc["metadata"] = merge(doc["metadata"], meta)
     return FlinkApp.model_validate(doc)
 
