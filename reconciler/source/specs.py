@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypeVar
 
 from reconciler.source.git import GitSource
 from reconciler.spec.load import SPEC_SUFFIXES, LoadResult, load_files
 
+T = TypeVar("T")
 
-def spec_paths(files: Mapping[str, bytes]) -> dict[str, bytes]:
+
+def spec_paths(files: Mapping[str, T]) -> dict[str, T]:
     """Hidden files and folders (.github/, .gitlab-ci.yml) are never specs."""
     return {p: d for p, d in files.items() if not any(part.startswith(".") for part in p.split("/"))}
 
