@@ -1,0 +1,93 @@
+"""Git notes end to end: Reporter -> GitNotesSink -> bare origin -> `git log --notes` in another clone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from reconciler.clock import FakeClock
+from reconciler.core.observed import Outcome
+from reconciler.errors import ReportError, TransientReportError
+from reconciler.report import CommitStatus, GitNotesSink, Reporter, note_line
+from reconciler.source.git import GitSource
+from tests.source.gitrepo import Upstream, git
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Upstream:
+    u = Upstream(tmp_path / "up")
+    u.commit({"apps/orders.yaml": "name: orders\n", "apps/billing.yaml": "name: billing\n"}, "two apps")
+    u.push()
+    return u
+
+
+def notes_in_fresh_clone(up: Upstream, where: Path) -> str:
+    git(where.parent, "clone", "-q", str(up.origin), str(where))
+    git(where, "fetch", "-q", "origin", "refs/notes/*:refs/notes/*")
+    return git(where, "log", "-1", "--notes=flink-reconciler", "--format=%h %s%n%N").strip()
+
+
+def test_note_line_format() -> None:
+    s = CommitStatus("a" * 40, "orders", Outcome.FAILURE, "step StartJob failed:\n  ClassNotFound", "http://r/x")
+    assert note_line(s) == "flink-reconciler/orders: failure - step StartJob failed: ClassNotFound (http://r/x)"
+
+
+def test_statuses_become_one_note_with_a_line_per_app(up: Upstream, tmp_path: Path) -> None:
+    src = GitSource(str(up.origin), tmp_path / "cache")
+    sha = src.fetch().new_sha
+    clock = FakeClock()
+    with Reporter([GitNotesSink(src)], clock) as reporter:
+        reporter.report(CommitStatus(sha, "orders", Outcome.PENDING, "upgrade (savepoint) started"))
+        reporter.report(CommitStatus(sha, "billing", Outcome.PENDING, "create started"))
+        assert reporter.flush(10)
+        reporter.report(CommitStatus(sha, "orders", Outcome.SUCCESS, "applied, job RUNNING"))
+        reporter.report(CommitStatus(sha, "billing", Outcome.ERROR, "apps/billing.yaml:3:5 spec.job: field required"))
+        assert reporter.flush(10)
+    shown = notes_in_fresh_clone(up, tmp_path / "viewer")
+    assert shown.splitlines()[1:] == [
+        "flink-reconciler/orders: success - applied, job RUNNING",
+        "flink-reconciler/billing: error - apps/billing.yaml:3:5 spec.job: field required",
+    ]
+
+
+def test_unreachable_origin_is_retried_until_it_is_back(up: Upstream, tmp_path: Path) -> None:
+    src = GitSource(str(up.origin), tmp_path / "cache")
+    sha = src.fetch().new_sha
+    sink = GitNotesSink(src)
+    moved = up.root / "away.git"
+    up.origin.rename(moved)
+    with pytest.raises(TransientReportError, match="does not appear to be a git repository"):
+        sink.post(CommitStatus(sha, "orders", Outcome.SUCCESS, "applied"))
+    moved.rename(up.origin)
+    clock = FakeClock()
+    with Reporter([sink], clock) as reporter:
+        up.origin.rename(moved)
+        reporter.report(CommitStatus(sha, "orders", Outcome.SUCCESS, "applied, job RUNNING"))
+        deadline = 50
+        while reporter.stats()["git-notes"].retries == 0 and deadline:
+            reporter.flush(0.1)
+            deadline -= 1
+        assert reporter.stats()["git-notes"].retries >= 1
+        moved.rename(up.origin)
+        clock.advance(60)
+        assert reporter.flush(10)
+    assert git(up.origin, "notes", "--ref=flink-reconciler", "show", sha) == (
+        "flink-reconciler/orders: success - applied, job RUNNING\n"
+    )
+
+
+def test_unknown_commit_is_a_permanent_error(up: Upstream, tmp_path: Path) -> None:
+    src = GitSource(str(up.origin), tmp_path / "cache")
+    src.fetch()
+    with pytest.raises(ReportError, match="unknown revision") as e:
+        GitNotesSink(src).post(CommitStatus("e" * 40, "orders", Outcome.SUCCESS, "x"))
+    assert not isinstance(e.value, TransientReportError)
+
+
+def test_local_only_mode_does_not_push(up: Upstream, tmp_path: Path) -> None:
+    src = GitSource(str(up.origin), tmp_path / "cache")
+    sha = src.fetch().new_sha
+    GitNotesSink(src, push=False).post(CommitStatus(sha, "orders", Outcome.SUCCESS, "ok"))
+    assert src.read_note(sha) == "flink-reconciler/orders: success - ok\n"
+    assert git(up.origin, "for-each-ref", "refs/notes") == ""
