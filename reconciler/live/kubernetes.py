@@ -1,0 +1,753 @@
+"""The kubernetes runtime: server-side apply of the rendered objects, observe by label, delete by cascade.
+
+The only module that imports `kubernetes`. It talks to the API server through one `ApiClient` (auth,
+TLS and proxies from a kubeconfig or the in-cluster service account) with a small generic request
+helper, so every kind is handled alike as plain JSON, the way server-side apply wants it.
+
+Costs per reconcile cycle (`list_clusters`): one list per kind (ConfigMap roots, Deployment,
+StatefulSet, Pod) per watched namespace, whatever the number of apps, plus one Event list per namespace
+only when some app is not ready (to explain why). Never one GET per object per app.
+
+What the runtime owns of an app (see `k8s_render` for the objects):
+- `ensure_cluster` applies everything but the JobManager Deployment (which carries the job: its args
+  name the job id and the savepoint) and waits for the TaskManagers;
+- `start_job` applies the JobManager with the job and waits until the JobManager is available and its
+  REST API knows the job id;
+- `delete_cluster` deletes the root object and lets Kubernetes' garbage collector cascade; it waits
+  until every object of the app is gone and never touches finalizers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.parse
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from reconciler.clock import Clock
+from reconciler.core.observed import ClusterPhase
+from reconciler.errors import (
+    DeadlineExceededError,
+    ObserveError,
+    PermanentStepError,
+    RenderError,
+    TransientStepError,
+)
+from reconciler.live import k8s_render as r
+from reconciler.live.ports import ClusterInfo, FlinkApi
+from reconciler.spec.model import FlinkApp, JobState
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+# kind -> (API path prefix, plural). Everything the renderer can produce, plus what we observe.
+RESOURCES: dict[str, tuple[str, str]] = {
+    "ConfigMap": ("/api/v1", "configmaps"),
+    "Service": ("/api/v1", "services"),
+    "ServiceAccount": ("/api/v1", "serviceaccounts"),
+    "Pod": ("/api/v1", "pods"),
+    "Event": ("/api/v1", "events"),
+    "Deployment": ("/apis/apps/v1", "deployments"),
+    "StatefulSet": ("/apis/apps/v1", "statefulsets"),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+    "Lease": ("/apis/coordination.k8s.io/v1", "leases"),
+}
+# Kinds an app may own, in the order pruning deletes them (workloads first).
+PRUNABLE = ("Deployment", "StatefulSet", "Service", "ConfigMap", "RoleBinding", "Role", "ServiceAccount")
+# Kinds whose disappearance delete_cluster waits for.
+OWNED_KINDS = ("Deployment", "StatefulSet", "Service", "ConfigMap", "RoleBinding", "Role", "ServiceAccount", "Pod")
+
+# Container states that do not heal by waiting: the cluster is FAILED (a deadline still decides).
+FAILING_REASONS = frozenset({
+    "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull", "CrashLoopBackOff",
+    "CreateContainerConfigError", "CreateContainerError", "RunContainerError", "OOMKilled",
+})
+
+
+class KubernetesApiError(PermanentStepError):
+    """The API server refused a request (4xx). Carries its Status: `code`, `reason`, `message`, `causes`."""
+
+    def __init__(self, what: str, code: int, reason: str, message: str, causes: list[Obj] | None = None) -> None:
+        self.code, self.reason, self.api_message, self.causes = code, reason, message, causes or []
+        super().__init__(f"{what}: {code} {reason}: {message}")
+
+
+class ApplyConflictError(KubernetesApiError):
+    """Server-side apply found fields owned by another manager (someone edited our objects by hand)."""
+
+    @property
+    def managers(self) -> list[str]:
+        out = []
+        for c in self.causes:
+            msg = str(c.get("message", ""))
+            if msg.startswith('conflict with "'):
+                out.append(msg.split('"')[1])
+        return sorted(set(out))
+
+
+class KubernetesUnavailableError(TransientStepError):
+    """The API server could not be reached or answered 5xx/429: worth retrying."""
+
+    def __init__(self, what: str, code: int, message: str) -> None:
+        self.code = code
+        super().__init__(f"{what}: {code or 'connection failed'}: {message}")
+
+
+def _parse_status(body: bytes) -> tuple[str, str, list[Obj]]:
+    try:
+        st = json.loads(body or b"{}")
+    except ValueError:
+        return "", body.decode("utf-8", "replace")[:500], []
+    if not isinstance(st, dict):
+        return "", str(st)[:500], []
+    return str(st.get("reason", "")), str(st.get("message", "")), list((st.get("details") or {}).get("causes") or [])
+
+
+class Kube:
+    """JSON requests on one ApiClient. Raises KubernetesApiError / KubernetesUnavailableError."""
+
+    def __init__(self, api_client: k8s_client.ApiClient, *, timeout: float = 30.0) -> None:
+        self.api_client = api_client
+        self.timeout = timeout
+
+    @property
+    def host(self) -> str:
+        return str(self.api_client.configuration.host).rstrip("/")
+
+    def request(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
+                body: Any = None, content_type: str = "application/json") -> Any:
+        what = f"{method} {path}"
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        try:
+            ser = self.api_client.param_serialize(method, path, query_params=query or [], header_params=headers,
+                                                  body=body, auth_settings=["BearerToken"])
+            resp = self.api_client.call_api(*ser, _request_timeout=self.timeout)
+            data: bytes = resp.read() or b""  # type: ignore[no-untyped-call]
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+            raise KubernetesUnavailableError(what, getattr(e, "status", 0) or 0, str(e).strip()) from e
+        if resp.status >= 400:
+            reason, message, causes = _parse_status(data)
+            if resp.status >= 500 or resp.status == 429:
+                raise KubernetesUnavailableError(what, resp.status, f"{reason}: {message}")
+            cls = ApplyConflictError if resp.status == 409 and content_type.startswith("application/apply-patch") \
+                else KubernetesApiError
+            raise cls(what, resp.status, reason, message, causes)
+        return json.loads(data) if data else {}
+
+    # Paths
+    @staticmethod
+    def path(kind: str, namespace: str | None, name: str | None = None) -> str:
+        prefix, plural = RESOURCES[kind]
+        p = f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"
+        return f"{p}/{name}" if name else p
+
+    def list(self, kind: str, namespace: str, selector: str) -> list[Obj]:
+        items: list[Obj] = self.request("GET", self.path(kind, namespace), query=[("labelSelector", selector)]
+                                        ).get("items", [])
+        for it in items:  # list items come without kind (the real API omits it)
+            it.setdefault("kind", kind)
+        return items
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        try:
+            obj: Obj = self.request("GET", self.path(kind, namespace, name))
+            return obj
+        except KubernetesApiError as e:
+            if e.code == 404:
+                return None
+            raise
+
+    def apply(self, obj: Obj, *, force: bool) -> Obj:
+        meta = obj["metadata"]
+        query = [("fieldManager", r.FIELD_MANAGER)] + ([("force", "true")] if force else [])
+        out: Obj = self.request("PATCH", self.path(obj["kind"], meta.get("namespace"), meta["name"]),
+                                query=query, body=obj, content_type="application/apply-patch+yaml")
+        return out
+
+    def delete(self, kind: str, namespace: str, name: str, *, policy: str = "Background") -> bool:
+        """False when it was already gone."""
+        try:
+            self.request("DELETE", self.path(kind, namespace, name), query=[("propagationPolicy", policy)],
+                         body={"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": policy})
+            return True
+        except KubernetesApiError as e:
+            if e.code == 404:
+                return False
+            raise
+
+
+# ---- status interpretation (pure) --------------------------------------------------------------
+
+def workload_ready(obj: Obj) -> tuple[bool, str | None]:
+    """(available, why-not) from a Deployment/StatefulSet's status, the way `kubectl rollout status` reads it."""
+    spec, status, meta = obj.get("spec", {}), obj.get("status") or {}, obj.get("metadata", {})
+    want = int(spec.get("replicas", 1))
+    for c in status.get("conditions") or []:
+        if c.get("type") == "Progressing" and c.get("status") == "False":
+            return False, f"{c.get('reason')}: {c.get('message')}"
+        if c.get("type") == "ReplicaFailure" and c.get("status") == "True":
+            return False, f"{c.get('reason')}: {c.get('message')}"
+    if int(status.get("observedGeneration", 0)) < int(meta.get("generation", 1)):
+        return False, "the controller has not yet seen the latest spec"
+    ready_key = "availableReplicas" if obj.get("kind") == "Deployment" else "readyReplicas"
+    if int(status.get("updatedReplicas", 0)) < want or int(status.get(ready_key, 0)) < want:
+        return False, f"{status.get(ready_key, 0) or 0}/{want} replicas available"
+    if int(status.get("replicas", 0)) > want:
+        return False, "old replicas are still terminating"
+    return True, None
+
+
+def pod_problem(pod: Obj) -> tuple[bool, str] | None:
+    """(fatal, reason) of the most telling problem of a pod, or None when it is fine or just starting."""
+    status = pod.get("status") or {}
+    for c in status.get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return False, f"{c.get('reason') or 'Unschedulable'}: {c.get('message', '')}".rstrip(": ")
+    statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    for cs in statuses:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason in FAILING_REASONS:
+            last = ((cs.get("lastState") or {}).get("terminated") or {})
+            extra = f" (last exit: {last.get('reason')}, code {last.get('exitCode')})" if last else ""
+            return True, f"{reason}: {waiting.get('message', '')}{extra}".strip()
+        term = (cs.get("state") or {}).get("terminated") or {}
+        if term.get("reason") == "OOMKilled" or (term and int(term.get("exitCode", 0)) != 0):
+            return True, f"{term.get('reason', 'Error')}: container {cs.get('name')} exited {term.get('exitCode')}"
+    if status.get("phase") == "Failed":
+        return True, f"{status.get('reason', 'Failed')}: {status.get('message', '')}"
+    return None
+
+
+def subset_diff(want: Any, have: Any, path: str = "") -> list[str]:
+    """Where `have` differs from `want`, ignoring fields `want` does not set (server defaults, status)."""
+    if isinstance(want, dict):
+        if not isinstance(have, dict):
+            return [f"{path or '.'}: live {have!r}, rendered a map"]
+        out = []
+        for k, v in want.items():
+            if k not in have:
+                out.append(f"{path}.{k}: missing live")
+            else:
+                out += subset_diff(v, have[k], f"{path}.{k}")
+        return out
+    if isinstance(want, list):
+        if not isinstance(have, list) or len(have) != len(want):
+            return [f"{path}: live has {len(have) if isinstance(have, list) else have!r} items, rendered {len(want)}"]
+        out = []
+        for i, (w, h) in enumerate(zip(want, have, strict=True)):
+            out += subset_diff(w, h, f"{path}[{i}]")
+        return out
+    if want != have and str(want) != str(have):
+        return [f"{path}: live {have!r}, rendered {want!r}"]
+    return []
+
+
+@dataclass
+class _AppView:
+    """Everything one cycle's lists said about one app."""
+
+    namespace: str
+    root: Obj | None = None
+    jobmanager: Obj | None = None
+    taskmanager: Obj | None = None
+    pods: list[Obj] = field(default_factory=list)
+
+
+def _label(obj: Obj, key: str) -> str | None:
+    labels: dict[str, str] = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(key)
+
+
+class KubernetesRuntime:
+    """`reconciler.live.ports.Runtime` on Kubernetes (application mode, one cluster per app)."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        api_client: k8s_client.ApiClient,
+        *,
+        clock: Clock,
+        namespaces: list[str] | tuple[str, ...],
+        rest_via: Literal["service", "proxy"] = "service",
+        force_conflicts: bool = False,
+        revision: str = "unknown",
+        poll_interval: float = 2.0,
+        request_timeout: float = 30.0,
+    ) -> None:
+        if not namespaces:
+            raise ValueError("KubernetesRuntime needs at least one namespace")
+        self.kube = Kube(api_client, timeout=request_timeout)
+        self.clock = clock
+        self.namespaces = tuple(dict.fromkeys(namespaces))
+        self.rest_via = rest_via
+        self.force_conflicts = force_conflicts
+        self.revision = revision  # stamped on objects; the Runtime protocol does not pass it (yet)
+        self.poll_interval = poll_interval
+        self._ns_of: dict[str, str] = {}
+        self._http: httpx.Client | None = None
+        self._http_token: str | None = None
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | None = None, *, context: str | None = None, **kw: Any) -> KubernetesRuntime:
+        api = k8s_config.new_client_from_config(config_file=path, context=context)  # type: ignore[no-untyped-call]
+        return cls(api, **kw)
+
+    @classmethod
+    def in_cluster(cls, **kw: Any) -> KubernetesRuntime:
+        cfg = k8s_client.Configuration()
+        k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        return cls(k8s_client.ApiClient(cfg), **kw)
+
+    # ---- observe ----
+    def _views(self, namespaces: tuple[str, ...], selector: str) -> dict[str, _AppView]:
+        views: dict[str, _AppView] = {}
+        try:
+            for ns in namespaces:
+                roots = self.kube.list("ConfigMap", ns, f"{selector},{r.LABEL_COMPONENT}=root")
+                deps = self.kube.list("Deployment", ns, selector)
+                stss = self.kube.list("StatefulSet", ns, selector)
+                pods = self.kube.list("Pod", ns, selector)
+                for obj in roots + deps + stss + pods:
+                    app = _label(obj, r.LABEL_INSTANCE)
+                    if not app:
+                        continue
+                    v = views.setdefault(app, _AppView(namespace=ns))
+                    comp = _label(obj, r.LABEL_COMPONENT)
+                    if obj["kind"] == "ConfigMap":
+                        v.root = obj
+                    elif obj["kind"] == "Pod":
+                        v.pods.append(obj)
+                    elif comp == "jobmanager":
+                        v.jobmanager = obj
+                    elif comp == "taskmanager":
+                        v.taskmanager = obj
+        except (KubernetesApiError, KubernetesUnavailableError) as e:
+            raise ObserveError(f"cannot observe Kubernetes apps: {e}") from e
+        return views
+
+    def _events(self, namespace: str) -> list[Obj]:
+        try:
+            evs: list[Obj] = self.kube.request("GET", self.kube.path("Event", namespace)).get("items", [])
+        except (KubernetesApiError, KubernetesUnavailableError) as e:
+            log.warning("cannot list events in %s: %s", namespace, e)
+            return []
+        return evs
+
+    def _info(self, app: str, v: _AppView, events: list[Obj] | None) -> ClusterInfo:
+        self._ns_of[app] = v.namespace
+        spec_hash = None
+        for o in (v.jobmanager, v.root):
+            if o is not None:
+                spec_hash = ((o.get("metadata") or {}).get("annotations") or {}).get(r.ANNOTATION_SPEC_HASH)
+                break
+        rest = self._rest_url(app, v.namespace)
+        if v.root is None and v.jobmanager is None and v.taskmanager is None:
+            return ClusterInfo(app=app, phase=ClusterPhase.ABSENT, message="only leftover pods" if v.pods else None)
+        if v.jobmanager is None and v.taskmanager is None:
+            return ClusterInfo(app=app, phase=ClusterPhase.ABSENT, spec_hash=spec_hash,
+                               message="suspended: configuration kept, no pods")
+        problems: list[tuple[bool, str]] = []
+        for comp, w in (("JobManager", v.jobmanager), ("TaskManagers", v.taskmanager)):
+            if w is None:
+                continue
+            ok, why = workload_ready(w)
+            if not ok and why:
+                fatal = why.startswith(("ProgressDeadlineExceeded", "FailedCreate", "ReplicaFailure"))
+                problems.append((fatal, f"{comp}: {why}"))
+        pod_issues = self._pod_issues(v, events)
+        if any(f for f, _ in pod_issues) or any(f for f, _ in problems):
+            msgs = [m for f, m in pod_issues if f] + [m for f, m in problems if f]
+            return ClusterInfo(app=app, phase=ClusterPhase.FAILED, rest_url=rest, message="; ".join(msgs),
+                               spec_hash=spec_hash)
+        if problems or pod_issues:
+            return ClusterInfo(app=app, phase=ClusterPhase.STARTING, rest_url=rest,
+                               message="; ".join([m for _, m in pod_issues] + [m for _, m in problems]),
+                               spec_hash=spec_hash)
+        if v.jobmanager is None:
+            return ClusterInfo(app=app, phase=ClusterPhase.STARTING, rest_url=rest, spec_hash=spec_hash,
+                               message="TaskManagers ready; the JobManager is deployed with the job")
+        return ClusterInfo(app=app, phase=ClusterPhase.READY, rest_url=rest, spec_hash=spec_hash)
+
+    def _pod_issues(self, v: _AppView, events: list[Obj] | None) -> list[tuple[bool, str]]:
+        out: list[tuple[bool, str]] = []
+        for pod in v.pods:
+            if (pod.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            prob = pod_problem(pod)
+            if prob is None:
+                continue
+            fatal, why = prob
+            pod_name = pod["metadata"]["name"]
+            ev = self._latest_warning(events or [], pod_name)
+            if ev and ev not in why:
+                why = f"{why} (event: {ev})"
+            out.append((fatal, f"pod {pod_name}: {why}"))
+        return out
+
+    @staticmethod
+    def _latest_warning(events: list[Obj], name: str) -> str | None:
+        mine = [e for e in events if (e.get("involvedObject") or {}).get("name") == name and e.get("type") == "Warning"]
+        if not mine:
+            return None
+        e = max(mine, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        return f"{e.get('reason')}: {e.get('message')}"
+
+    def list_clusters(self) -> dict[str, ClusterInfo]:
+        views = self._views(self.namespaces, r.MANAGED_SELECTOR)
+        return self._infos(views)
+
+    def _infos(self, views: dict[str, _AppView]) -> dict[str, ClusterInfo]:
+        infos = {app: self._info(app, v, None) for app, v in views.items()}
+        troubled = {views[a].namespace for a, i in infos.items() if i.phase in (ClusterPhase.STARTING,
+                                                                               ClusterPhase.FAILED)}
+        for ns in sorted(troubled):  # one Event list per namespace, only to explain
+            events = self._events(ns)
+            for app, v in views.items():
+                if v.namespace == ns and infos[app].phase in (ClusterPhase.STARTING, ClusterPhase.FAILED):
+                    infos[app] = self._info(app, v, events)
+        return infos
+
+    def observe(self, app: str) -> ClusterInfo:
+        ns = self._namespace(app)
+        namespaces = (ns,) if ns else self.namespaces
+        views = self._views(namespaces, r.app_selector(app))
+        v = views.get(app)
+        if v is None:
+            return ClusterInfo(app=app, phase=ClusterPhase.ABSENT)
+        return self._infos({app: v})[app]
+
+    def _namespace(self, app: str) -> str | None:
+        return self._ns_of.get(app)
+
+    # ---- apply / prune / drift ----
+    def render(self, app: FlinkApp, *, job_id: str | None = None, restore_path: str | None = None,
+               allow_non_restored_state: bool = False, root_uid: str | None = None) -> list[Obj]:
+        revision = app.metadata.annotations.get(r.ANNOTATION_REVISION, self.revision)
+        return r.render_app(app, revision=revision, job_id=job_id, restore_path=restore_path,
+                            allow_non_restored_state=allow_non_restored_state, root_uid=root_uid)
+
+    def apply(self, objs: list[Obj]) -> list[Obj]:
+        """Apply the root first, then the rest owned by it. Conflicts are reported with the other managers."""
+        root, rest = objs[0], objs[1:]
+        try:
+            live_root = self.kube.apply(root, force=self.force_conflicts)
+            uid = live_root["metadata"]["uid"]
+            owned = r.with_owner(rest, root_name=root["metadata"]["name"], root_uid=uid)
+            return [live_root, *[self.kube.apply(o, force=self.force_conflicts) for o in owned]]
+        except ApplyConflictError as e:
+            raise ApplyConflictError(
+                f"server-side apply of {e} (fields owned by {', '.join(e.managers) or 'another manager'}; "
+                "someone changed them outside Git: revert that change, or run with force_conflicts",
+                e.code, e.reason, e.api_message, e.causes) from e
+
+    def prune(self, app: FlinkApp, keep: list[Obj], *, spare: tuple[tuple[str, str], ...] = ()) -> list[str]:
+        """Delete this app's objects that `keep` no longer has (label and name checked), except `spare`."""
+        ns = app.metadata.namespace
+        wanted = {(o["kind"], o["metadata"]["name"]) for o in keep} | set(spare)
+        deleted = []
+        for kind in PRUNABLE:
+            for obj in self.kube.list(kind, ns, r.app_selector(app.name)):
+                name = obj["metadata"]["name"]
+                if (kind, name) in wanted or _label(obj, r.LABEL_INSTANCE) != app.name:
+                    continue
+                if not name.startswith(app.name + "-"):
+                    continue
+                if self.kube.delete(kind, ns, name):
+                    deleted.append(f"{kind}/{name}")
+        return deleted
+
+    def drift(self, rendered: list[Obj]) -> list[str]:
+        """Differences between what we would apply and what is live, ignoring server-set fields.
+        One list per kind for the app, not one GET per object."""
+        if not rendered:
+            return []
+        ns = rendered[0]["metadata"]["namespace"]
+        app = _label(rendered[0], r.LABEL_INSTANCE) or ""
+        live: dict[tuple[str, str], Obj] = {}
+        for kind in sorted({o["kind"] for o in rendered} | set(PRUNABLE)):
+            for o in self.kube.list(kind, ns, r.app_selector(app)):
+                live[(kind, o["metadata"]["name"])] = o
+        out = []
+        for o in rendered:
+            key = (o["kind"], o["metadata"]["name"])
+            have = live.pop(key, None)
+            if have is None:
+                out.append(f"{key[0]}/{key[1]}: missing")
+                continue
+            want = {k: v for k, v in o.items() if k not in ("apiVersion", "kind", "metadata")}
+            meta = o["metadata"]
+            want["metadata"] = {k: meta[k] for k in ("labels", "annotations") if k in meta}
+            out += [f"{key[0]}/{key[1]}: {d}" for d in subset_diff(want, have)]
+            if "ownerReferences" in meta:
+                have_uids = {x.get("uid") for x in have["metadata"].get("ownerReferences") or []}
+                if not {x["uid"] for x in meta["ownerReferences"]} <= have_uids:
+                    out.append(f"{key[0]}/{key[1]}: not owned by the root object")
+        out += [f"{k}/{n}: not rendered (would be pruned)" for (k, n) in sorted(live)]
+        return out
+
+    # ---- Runtime protocol ----
+    def ensure_cluster(self, app: FlinkApp, *, deadline: float) -> ClusterInfo:
+        objs = self._render_or_fail(app)
+        jm = ("Deployment", r.object_names(app.name)["jobmanager"])
+        suspended = app.spec.job.state is JobState.SUSPENDED
+        keep = [o for o in objs if (o["kind"], o["metadata"]["name"]) != jm]
+        self.apply(keep)
+        self._ns_of[app.name] = app.metadata.namespace
+        # The JobManager belongs to start_job; a suspended app keeps no workload at all.
+        self.prune(app, keep, spare=() if suspended else (jm,))
+        if suspended:
+            return self.observe(app.name)
+        return self._wait(app, deadline, need_jobmanager=False, what="TaskManagers not available")
+
+    def start_job(self, app: FlinkApp, *, job_id: str, jar: Path | None, restore_path: str | None,
+                  allow_non_restored_state: bool, deadline: float) -> str:
+        """`jar` is ignored: on Kubernetes the jar comes from the image (local://) or an init container."""
+        del jar
+        start = self.clock.monotonic()
+        objs = self._render_or_fail(app, job_id=job_id, restore_path=restore_path,
+                                    allow_non_restored_state=allow_non_restored_state)
+        self.apply(objs)
+        self._ns_of[app.name] = app.metadata.namespace
+        self.prune(app, objs)
+        self._wait(app, deadline, need_jobmanager=True, what="JobManager not available", start=start)
+        api = self.flink(app.name)
+        last: Exception | None = None
+        while True:
+            try:
+                api.job(job_id)
+                return job_id
+            except (TransientStepError, ObserveError) as e:  # REST not up yet, job not submitted yet
+                last = e
+            if self.clock.monotonic() >= deadline:
+                raise DeadlineExceededError(
+                    f"job {job_id} of {app.name} not found on its JobManager after "
+                    f"{self.clock.monotonic() - start:.0f}s: {last}")
+            self.clock.sleep(min(self.poll_interval, max(0.0, deadline - self.clock.monotonic())))
+
+    def delete_cluster(self, app: str, *, deadline: float) -> None:
+        start = self.clock.monotonic()
+        ns = self._namespace(app)
+        if ns is None:
+            views = self._views(self.namespaces, r.app_selector(app))
+            if app not in views:
+                return
+            ns = views[app].namespace
+        self.kube.delete("ConfigMap", ns, r.object_names(app)["root"], policy="Background")
+        while True:
+            left = []
+            for kind in OWNED_KINDS:
+                for o in self.kube.list(kind, ns, r.app_selector(app)):
+                    meta = o["metadata"]
+                    refs = meta.get("ownerReferences") or []
+                    if kind != "Pod" and not refs and not meta.get("deletionTimestamp"):
+                        # Orphaned by an interrupted apply (no root uid yet): delete it directly.
+                        self.kube.delete(kind, ns, meta["name"])
+                    fins = meta.get("finalizers") or []
+                    left.append(f"{kind}/{meta['name']}" + (f" (finalizers: {', '.join(fins)})" if fins else ""))
+            if not left:
+                self._ns_of.pop(app, None)
+                return
+            if self.clock.monotonic() >= deadline:
+                raise DeadlineExceededError(
+                    f"{app} not deleted after {self.clock.monotonic() - start:.0f}s; still present: {'; '.join(left)}")
+            self.clock.sleep(min(self.poll_interval, max(0.0, deadline - self.clock.monotonic())))
+
+    def flink(self, app: str) -> FlinkApi:
+        from reconciler.live.flink import FlinkRestClient  # noqa: PLC0415 - lazy: written alongside
+
+        ns = self._namespace(app)
+        if ns is None:
+            self.observe(app)
+            ns = self._namespace(app)
+        if ns is None:
+            raise ObserveError(f"{app} has no cluster in namespaces {', '.join(self.namespaces)}")
+        base = self._rest_url(app, ns)
+        if self.rest_via == "proxy":
+            return FlinkRestClient(base, client=self._proxy_client())
+        return FlinkRestClient(base)
+
+    # ---- helpers ----
+    def _rest_url(self, app: str, ns: str) -> str:
+        if self.rest_via == "proxy":
+            svc = urllib.parse.quote(f"{app}-rest:{r.REST_PORT}")
+            return f"{self.kube.host}/api/v1/namespaces/{ns}/services/{svc}/proxy"
+        return r.rest_service_url(app, ns)
+
+    def _proxy_client(self) -> httpx.Client:
+        """An httpx client with the API server's credentials (token, client cert, CA) from the loaded config.
+        Rebuilt per call so refreshed tokens (exec plugins, projected tokens) are picked up."""
+        cfg = self.kube.api_client.configuration
+        token = (cfg.auth_settings().get("BearerToken") or {}).get("value")
+        if self._http is None or self._http_token != token:
+            headers = {"Authorization": token} if token else {}
+            verify: Any = cfg.ssl_ca_cert or cfg.verify_ssl
+            cert = (cfg.cert_file, cfg.key_file) if cfg.cert_file else None
+            self._http = httpx.Client(headers=headers, verify=verify, cert=cert, timeout=10.0)
+            self._http_token = token
+        return self._http
+
+    def _render_or_fail(self, app: FlinkApp, **kw: Any) -> list[Obj]:
+        try:
+            return self.render(app, **kw)
+        except RenderError as e:
+            raise PermanentStepError(f"cannot render {app.name} for Kubernetes: {e}") from e
+
+    def _wait(self, app: FlinkApp, deadline: float, *, need_jobmanager: bool, what: str,
+              start: float | None = None) -> ClusterInfo:
+        start = self.clock.monotonic() if start is None else start
+        while True:
+            views = self._views((app.metadata.namespace,), r.app_selector(app.name))
+            v = views.get(app.name) or _AppView(namespace=app.metadata.namespace)
+            info = self._infos({app.name: v})[app.name]
+            tm_ok = v.taskmanager is not None and workload_ready(v.taskmanager)[0]
+            jm_ok = v.jobmanager is not None and workload_ready(v.jobmanager)[0]
+            if info.phase is ClusterPhase.READY or (tm_ok and not need_jobmanager and
+                                                    (v.jobmanager is None or jm_ok)):
+                return ClusterInfo(app=app.name, phase=ClusterPhase.READY, rest_url=info.rest_url,
+                                   spec_hash=info.spec_hash, message=info.message if v.jobmanager is None else None)
+            now = self.clock.monotonic()
+            if now >= deadline:
+                reason = info.message or "no reason reported by Kubernetes"
+                raise DeadlineExceededError(f"{app.name}: {what} after {now - start:.0f}s: {reason}")
+            self.clock.sleep(min(self.poll_interval, max(0.0, deadline - now)))
+
+
+# ---- leader election -----------------------------------------------------------------------------
+
+def _micro_time(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaseElector:
+    """Leader election on a coordination.k8s.io/v1 Lease, like client-go's leaderelection.
+
+    - A candidate takes the lease when it is absent, or when its holder has not renewed it for
+      `lease_duration` seconds *as measured on our own monotonic clock* since we last saw it change
+      (no comparison of wall clocks across machines).
+    - Every write carries the resourceVersion we read, so of two candidates racing for one lease the
+      API server lets exactly one win (the other gets 409 Conflict).
+    - `is_leader()` turns false at once when a renew fails or the lease was taken, and also when the
+      last successful renew is older than `renew_deadline` (we may have been partitioned away).
+    """
+
+    def __init__(self, api_client: k8s_client.ApiClient, *, clock: Clock, namespace: str, name: str,
+                 identity: str, lease_duration: float = 15.0, renew_deadline: float = 10.0,
+                 retry_period: float = 2.0) -> None:
+        if not retry_period < renew_deadline < lease_duration:
+            raise ValueError("need retry_period < renew_deadline < lease_duration")
+        self.kube = Kube(api_client, timeout=max(1.0, retry_period))
+        self.clock = clock
+        self.namespace, self.name, self.identity = namespace, name, identity
+        self.lease_duration, self.renew_deadline, self.retry_period = lease_duration, renew_deadline, retry_period
+        self._leader = False
+        self._renewed_at: float | None = None
+        self._observed: tuple[str | None, str | None] | None = None  # (holder, renewTime) last seen
+        self._observed_at = 0.0
+        self.last_error: str | None = None
+
+    def is_leader(self) -> bool:
+        if not self._leader or self._renewed_at is None:
+            return False
+        if self.clock.monotonic() - self._renewed_at >= self.renew_deadline:
+            self._leader = False
+        return self._leader
+
+    def holder(self) -> str | None:
+        return self._observed[0] if self._observed else None
+
+    def try_acquire_or_renew(self) -> bool:
+        """One election step; call it every `retry_period`. Returns is_leader()."""
+        path = self.kube.path("Lease", self.namespace, self.name)
+        now_wall = self.clock.now()
+        now = self.clock.monotonic()
+        try:
+            lease = self.kube.get("Lease", self.namespace, self.name)
+            if lease is None:
+                self.kube.request("POST", self.kube.path("Lease", self.namespace), body=self._body(None, 0, now_wall))
+                return self._won(now, "acquired a new lease")
+            spec = lease.get("spec") or {}
+            holder, renew = spec.get("holderIdentity"), spec.get("renewTime")
+            if self._observed != (holder, renew):
+                self._observed, self._observed_at = (holder, renew), now
+            duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+            if holder and holder != self.identity and now - self._observed_at < duration:
+                return self._lost(f"held by {holder}")
+            transitions = int(spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1)
+            body = self._body(lease, transitions, now_wall)
+            if holder == self.identity:
+                body["spec"]["acquireTime"] = spec.get("acquireTime") or body["spec"]["acquireTime"]
+            self.kube.request("PUT", path, body=body)
+            return self._won(now, "renewed" if holder == self.identity else f"took over from {holder or 'nobody'}")
+        except KubernetesApiError as e:  # 409: someone else wrote first; anything else: cannot renew
+            return self._lost(str(e))
+        except KubernetesUnavailableError as e:
+            return self._lost(str(e))
+
+    def release(self) -> None:
+        """Give the lease up (on shutdown) so a standby takes over without waiting for expiry."""
+        if not self.is_leader():
+            return
+        lease = self.kube.get("Lease", self.namespace, self.name)
+        self._leader = False
+        if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+            return
+        body = self._body(lease, int(lease["spec"].get("leaseTransitions") or 0), self.clock.now())
+        body["spec"]["holderIdentity"] = None
+        body["spec"]["leaseDurationSeconds"] = 1
+        try:
+            self.kube.request("PUT", self.kube.path("Lease", self.namespace, self.name), body=body)
+        except (KubernetesApiError, KubernetesUnavailableError) as e:
+            log.warning("could not release lease %s/%s: %s", self.namespace, self.name, e)
+
+    def _body(self, lease: Obj | None, transitions: int, now: datetime) -> Obj:
+        meta: Obj = {"name": self.name, "namespace": self.namespace}
+        if lease is not None:
+            meta["resourceVersion"] = lease["metadata"]["resourceVersion"]
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": {
+            "holderIdentity": self.identity, "leaseDurationSeconds": round(self.lease_duration),
+            "acquireTime": _micro_time(now), "renewTime": _micro_time(now), "leaseTransitions": transitions}}
+
+    def _won(self, now: float, how: str) -> bool:
+        if not self._leader:
+            log.info("leader election %s/%s: %s is now leader (%s)", self.namespace, self.name, self.identity, how)
+        self._leader, self._renewed_at, self.last_error = True, now, None
+        self._observed, self._observed_at = (self.identity, None), now
+        return True
+
+    def _lost(self, why: str) -> bool:
+        if self._leader:
+            log.warning("leader election %s/%s: %s lost the lease: %s", self.namespace, self.name, self.identity, why)
+        self._leader, self.last_error = False, why
+        return False
+
+    def run(self, stop: Any) -> None:
+        """Loop until `stop.is_set()` (a threading.Event), then release the lease."""
+        while not stop.is_set():
+            self.try_acquire_or_renew()
+            self.clock.sleep(self.retry_period)
+        self.release()
+
+
+__all__ = [
+    "ApplyConflictError",
+    "Kube",
+    "KubernetesApiError",
+    "KubernetesRuntime",
+    "KubernetesUnavailableError",
+    "LeaseElector",
+    "pod_problem",
+    "subset_diff",
+    "workload_ready",
+]

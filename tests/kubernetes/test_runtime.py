@@ -1,0 +1,341 @@
+"""API-level tests of the kubernetes runtime: apply, observe, drift, prune, delete, stuck transitions.
+
+They run against the stand-in API server on loopback, or against a real cluster with
+FLINK_RECONCILER_TEST_KUBECONFIG (see docs/kubernetes.md). Where the stand-in plays the kubelet (pods
+with ImagePullBackOff) a real cluster produces the same state by itself from the invalid image.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from reconciler.core.observed import ClusterPhase
+from reconciler.errors import DeadlineExceededError, PermanentStepError
+from reconciler.live import k8s_render as r
+from reconciler.live.kubernetes import ApplyConflictError, KubernetesRuntime, pod_problem, workload_ready
+from reconciler.spec.model import FlinkApp
+from tests.kubernetes.apps import app
+from tests.kubernetes.conftest import Cluster
+
+pytestmark = pytest.mark.kubernetes
+
+
+def runtime(c: Cluster, **kw: Any) -> KubernetesRuntime:
+    return KubernetesRuntime(c.api_client, clock=c.clock, namespaces=[c.namespace], poll_interval=c.poll,
+                             revision="rev-1", **kw)
+
+
+def mk(c: Cluster, name: str = "counter", **spec: Any) -> FlinkApp:
+    return app(name, c.namespace, **spec)
+
+
+def names(c: Cluster, kind: str, app_name: str) -> set[str]:
+    return {o["metadata"]["name"] for o in c.kube.list(kind, c.namespace, r.app_selector(app_name))}
+
+
+def deadline(c: Cluster, seconds: float) -> float:
+    return c.clock.monotonic() + seconds
+
+
+def test_ensure_cluster_applies_everything_but_the_jobmanager_owned_by_the_root(cluster: Cluster) -> None:
+    rt = runtime(cluster)
+    a = mk(cluster)
+    info = rt.ensure_cluster(a, deadline=deadline(cluster, 120 if cluster.real else 10))
+    assert info.phase is ClusterPhase.READY
+    root = cluster.kube.get("ConfigMap", cluster.namespace, "counter-root")
+    assert root is not None and "ownerReferences" not in root["metadata"]
+    assert names(cluster, "ConfigMap", "counter") == {"counter-root", "counter-config"}
+    assert names(cluster, "Service", "counter") == {"counter-jobmanager", "counter-rest"}
+    assert names(cluster, "Deployment", "counter") == {"counter-taskmanager"}  # the JobManager comes with the job
+    for kind in ("ConfigMap", "Service", "Deployment"):
+        for o in cluster.kube.list(kind, cluster.namespace, r.app_selector("counter")):
+            if o["metadata"]["name"] != "counter-root":
+                assert [x["uid"] for x in o["metadata"]["ownerReferences"]] == [root["metadata"]["uid"]]
+            mf = {m["manager"] for m in o["metadata"]["managedFields"]}
+            assert "flink-reconciler" in mf
+    assert root["metadata"]["annotations"][r.ANNOTATION_REVISION] == "rev-1"
+
+
+def test_reapplying_the_same_render_changes_nothing(cluster: Cluster) -> None:
+    rt = runtime(cluster)
+    a = mk(cluster)
+    rt.ensure_cluster(a, deadline=deadline(cluster, 120))
+    before = {o["metadata"]["name"]: o["metadata"]["resourceVersion"]
+              for o in cluster.kube.list("ConfigMap", cluster.namespace, r.app_selector("counter"))}
+    rt.ensure_cluster(a, deadline=deadline(cluster, 120))
+    after = {o["metadata"]["name"]: o["metadata"]["resourceVersion"]
+             for o in cluster.kube.list("ConfigMap", cluster.namespace, r.app_selector("counter"))}
+    assert before == after
+
+
+def test_list_clusters_is_a_constant_number_of_lists(cluster: Cluster, standin_only: Any) -> None:
+    rt = runtime(cluster)
+    for i in range(3):
+        rt.ensure_cluster(mk(cluster, f"app-{i}"), deadline=deadline(cluster, 10))
+    standin_only.api.reset_log()
+    infos = rt.list_clusters()
+    assert sorted(infos) == ["app-0", "app-1", "app-2"]
+    assert all(i.phase is ClusterPhase.STARTING for i in infos.values())  # no JobManager yet
+    calls = standin_only.api.calls()
+    # 4 lists (roots, deployments, statefulsets, pods) + one event list for the namespace (apps not READY)
+    assert sorted((c.verb, c.resource) for c in calls) == sorted(
+        [("list", "configmaps"), ("list", "deployments"), ("list", "statefulsets"), ("list", "pods"),
+         ("list", "events")])
+
+
+def test_conflict_is_reported_with_the_other_manager_and_forced_only_when_configured(cluster: Cluster) -> None:
+    rt = runtime(cluster)
+    a = mk(cluster, taskManager={"replicas": 2, "slots": 2})
+    rt.ensure_cluster(a, deadline=deadline(cluster, 120))
+    cluster.patch("Deployment", "counter-taskmanager", {"spec": {"replicas": 5}}, manager="kubectl-edit")
+    with pytest.raises(ApplyConflictError) as e:
+        rt.ensure_cluster(a, deadline=deadline(cluster, 120))
+    assert e.value.managers == ["kubectl-edit"]
+    assert "spec.replicas" in str(e.value) and "kubectl-edit" in str(e.value)
+    assert isinstance(e.value, PermanentStepError)
+    live = cluster.kube.get("Deployment", cluster.namespace, "counter-taskmanager")
+    assert live is not None and live["spec"]["replicas"] == 5  # untouched
+    runtime(cluster, force_conflicts=True).ensure_cluster(a, deadline=deadline(cluster, 120))
+    live = cluster.kube.get("Deployment", cluster.namespace, "counter-taskmanager")
+    assert live is not None and live["spec"]["replicas"] == 2
+
+
+def test_drift_ignores_server_defaults_and_finds_hand_edits(cluster: Cluster) -> None:
+    rt = runtime(cluster)
+    a = mk(cluster)
+    objs = rt.render(a, job_id="0" * 32)
+    rt.apply(objs)
+    root_uid = cluster.kube.get("ConfigMap", cluster.namespace, "counter-root")["metadata"]["uid"]  # type: ignore[index]
+    rendered = rt.render(a, job_id="0" * 32, root_uid=root_uid)
+    assert rt.drift(rendered) == []
+    cluster.patch("ConfigMap", "counter-config", {"data": {"config.yaml": "rest.port: 9999\n"}}, manager="kubectl")
+    cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "counter-extra", "labels": r.selector_labels("counter")}})
+    drift = rt.drift(rendered)
+    assert any(d.startswith("ConfigMap/counter-config: .data.config.yaml: live 'rest.port: 9999") for d in drift)
+    assert "ConfigMap/counter-extra: not rendered (would be pruned)" in drift
+
+
+def test_prune_removes_what_the_render_no_longer_has_and_never_another_apps(cluster: Cluster) -> None:
+    rt = runtime(cluster)
+    vct = {"replicas": 2, "slots": 2, "volumeClaimTemplates": [{"name": "state", "mountPath": "/state",
+                                                                "storage": "1Gi"}]}
+    rt.ensure_cluster(mk(cluster, taskManager=vct), deadline=deadline(cluster, 120))
+    other = mk(cluster, "counter-two", taskManager=vct)
+    rt.ensure_cluster(other, deadline=deadline(cluster, 120))
+    unlabelled = cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "counter-notes"}})
+    assert names(cluster, "StatefulSet", "counter") == {"counter-taskmanager"}
+    rt.ensure_cluster(mk(cluster), deadline=deadline(cluster, 120))  # no volumeClaimTemplates any more
+    assert names(cluster, "StatefulSet", "counter") == set()
+    assert names(cluster, "Service", "counter") == {"counter-jobmanager", "counter-rest"}  # headless gone
+    assert names(cluster, "Deployment", "counter") == {"counter-taskmanager"}
+    assert names(cluster, "StatefulSet", "counter-two") == {"counter-two-taskmanager"}
+    assert "counter-two-taskmanager" in names(cluster, "Service", "counter-two")
+    assert cluster.kube.get("ConfigMap", cluster.namespace, unlabelled["metadata"]["name"]) is not None
+
+
+def test_suspend_keeps_only_the_configuration(cluster: Cluster) -> None:
+    rt = runtime(cluster)
+    a = mk(cluster)
+    rt.apply(rt.render(a, job_id="0" * 32))  # as start_job leaves it: JobManager included
+    assert names(cluster, "Deployment", "counter") == {"counter-jobmanager", "counter-taskmanager"}
+    info = rt.ensure_cluster(mk(cluster, job={"jarURI": "local:///opt/flink/usrlib/counter.jar",
+                                              "state": "suspended"}), deadline=deadline(cluster, 60))
+    assert names(cluster, "Deployment", "counter") == set()
+    assert names(cluster, "Service", "counter") == set()
+    assert names(cluster, "ConfigMap", "counter") == {"counter-root", "counter-config"}
+    assert info.phase is ClusterPhase.ABSENT and info.spec_hash and "suspended" in (info.message or "")
+
+
+def test_delete_cascades_from_the_root_and_waits(cluster: Cluster) -> None:
+    rt = runtime(cluster)
+    a = mk(cluster)
+    rt.apply(rt.render(a, job_id="0" * 32))
+    keep = mk(cluster, "keeper")
+    rt.ensure_cluster(keep, deadline=deadline(cluster, 120))
+    rt.delete_cluster("counter", deadline=deadline(cluster, 120))
+    for kind in ("ConfigMap", "Service", "Deployment", "Pod"):
+        assert names(cluster, kind, "counter") == set()
+    assert rt.observe("counter").phase is ClusterPhase.ABSENT
+    assert names(cluster, "ConfigMap", "keeper") == {"keeper-root", "keeper-config"}
+    rt.delete_cluster("counter", deadline=deadline(cluster, 10))  # idempotent
+
+
+def test_delete_blocked_by_a_finalizer_fails_at_the_deadline_without_touching_it(cluster: Cluster) -> None:
+    rt = runtime(cluster)
+    a = mk(cluster)
+    rt.ensure_cluster(a, deadline=deadline(cluster, 120))
+    root = cluster.kube.get("ConfigMap", cluster.namespace, "counter-root")
+    assert root is not None
+    cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "counter-held", "labels": r.selector_labels("counter"), "finalizers": ["example.com/hold"],
+        "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "counter-root",
+                             "uid": root["metadata"]["uid"]}]}}, manager="someone-else")
+    with pytest.raises(DeadlineExceededError, match=r"still present: ConfigMap/counter-held \(finalizers: "
+                                                    r"example\.com/hold\)"):
+        rt.delete_cluster("counter", deadline=deadline(cluster, 20 if cluster.real else 5))
+    held = cluster.kube.get("ConfigMap", cluster.namespace, "counter-held")
+    assert held is not None and held["metadata"]["finalizers"] == ["example.com/hold"]
+    cluster.patch("ConfigMap", "counter-held", {"metadata": {"finalizers": None}}, manager="someone-else")
+    rt.delete_cluster("counter", deadline=deadline(cluster, 60))
+    assert names(cluster, "ConfigMap", "counter") == set()
+
+
+BAD_IMAGE = "registry.invalid/flink:does-not-exist"
+
+
+def _kubelet_pod(c: Cluster, name: str, component: str, waiting: dict[str, str]) -> None:
+    """What a kubelet reports for a pod whose image cannot be pulled (stand-in only)."""
+    labels = {**r.selector_labels("counter", component), r.LABEL_VERSION: "2.3"}
+    c.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
+              "spec": {"containers": [{"name": r.MAIN_CONTAINER, "image": BAD_IMAGE}]}})
+    c.patch("Pod", name, {"status": {"phase": "Pending", "containerStatuses": [{
+        "name": r.MAIN_CONTAINER, "ready": False, "restartCount": 0, "image": BAD_IMAGE, "imageID": "",
+        "state": {"waiting": waiting}}]}}, manager="kubelet", status=True)
+    c.create({"apiVersion": "v1", "kind": "Event", "metadata": {"name": f"{name}.1"}, "type": "Warning",
+              "reason": "Failed", "message": f'Failed to pull image "{BAD_IMAGE}": no such host',
+              "involvedObject": {"kind": "Pod", "name": name, "namespace": c.namespace},
+              "lastTimestamp": "2026-01-01T00:00:00Z"})
+
+
+def _stuck_workload_status(c: Cluster, name: str) -> None:
+    c.patch("Deployment", name, {"status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                                            "readyReplicas": 0, "availableReplicas": 0,
+                                            "unavailableReplicas": 1}}, manager="kube-controller-manager",
+            status=True)
+
+
+def test_start_job_fails_at_its_deadline_with_the_pods_image_pull_reason(cluster: Cluster) -> None:
+    rt = runtime(cluster)
+    a = mk(cluster, image=BAD_IMAGE)
+    if cluster.standin:
+        cluster.standin.set_auto_ready(False)
+        _kubelet_pod(cluster, "counter-jobmanager-5d9f-abcde", "jobmanager",
+                     {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{BAD_IMAGE}"'})
+    seconds = 120 if cluster.real else 300
+    t0 = cluster.clock.monotonic()
+    with pytest.raises(DeadlineExceededError) as e:
+        rt.start_job(a, job_id="0" * 32, jar=None, restore_path=None, allow_non_restored_state=False,
+                     deadline=deadline(cluster, seconds))
+    msg = str(e.value)
+    assert msg.startswith(f"counter: JobManager not available after {seconds}s: ")
+    assert "ImagePullBackOff" in msg or "ErrImagePull" in msg
+    assert BAD_IMAGE in msg
+    if cluster.standin:
+        assert "event: Failed: Failed to pull image" in msg
+        assert cluster.clock.monotonic() - t0 == pytest.approx(seconds)  # FakeClock: no real waiting
+    info = rt.observe("counter")
+    assert info.phase is ClusterPhase.FAILED and "ImagePull" in (info.message or "")
+
+
+def test_ensure_cluster_reports_crash_loop_and_unschedulable(cluster: Cluster, standin_only: Any) -> None:
+    rt = runtime(cluster)
+    a = mk(cluster)
+    standin_only.set_auto_ready(False)
+    _kubelet_pod(cluster, "counter-taskmanager-1", "taskmanager",
+                 {"reason": "CrashLoopBackOff", "message": "back-off 5m0s restarting failed container"})
+    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "counter-taskmanager-2", "labels": r.selector_labels("counter", "taskmanager")},
+        "spec": {"containers": [{"name": r.MAIN_CONTAINER, "image": "flink:2.3"}]}})
+    cluster.patch("Pod", "counter-taskmanager-2", {"status": {"phase": "Pending", "conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/3 nodes are available: 3 pod has unbound immediate PersistentVolumeClaims."}]}},
+        manager="kube-scheduler", status=True)
+    with pytest.raises(DeadlineExceededError) as e:
+        rt.ensure_cluster(a, deadline=deadline(cluster, 60))
+    assert "TaskManagers not available after 60s" in str(e.value)
+    assert "CrashLoopBackOff: back-off 5m0s" in str(e.value)
+    info = rt.list_clusters()["counter"]
+    assert info.phase is ClusterPhase.FAILED
+    assert "unbound immediate PersistentVolumeClaims" in (info.message or "") or "CrashLoop" in (info.message or "")
+
+
+def test_unsupported_jar_fails_the_step_before_any_request(cluster: Cluster) -> None:
+    rt = runtime(cluster)
+    with pytest.raises(PermanentStepError, match=r"local:///path/in/image\.jar"):
+        rt.ensure_cluster(mk(cluster, job={"jarURI": "file:///tmp/x.jar"}), deadline=deadline(cluster, 10))
+    assert names(cluster, "ConfigMap", "counter") == set()
+
+
+class _FakeFlinkRest(BaseHTTPRequestHandler):
+    """Flink's /jobs/overview answer for one job, behind the API server's service proxy."""
+
+    job_id = ""
+
+    def do_GET(self) -> None:
+        if self.path == "/jobs/overview":
+            body = json.dumps({"jobs": [{"jid": self.job_id, "name": "counter", "state": "RUNNING",
+                                         "start-time": 1, "tasks": {"running": 2, "total": 2}}]}).encode()
+            self.send_response(200)
+        else:
+            body = json.dumps({"errors": ["Not found: " + self.path]}).encode()
+            self.send_response(404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def flink_backend() -> Iterator[tuple[str, type[_FakeFlinkRest]]]:
+    handler = type("H", (_FakeFlinkRest,), {"job_id": "1" * 32})
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", handler
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_start_job_through_the_service_proxy_with_the_api_servers_credentials(
+        cluster: Cluster, standin_only: Any, flink_backend: tuple[str, type[_FakeFlinkRest]]) -> None:
+    url, handler = flink_backend
+    standin_only.add_proxy_backend(cluster.namespace, "counter-rest", "8081", url)
+    rt = runtime(cluster, rest_via="proxy")
+    a = mk(cluster)
+    assert rt.start_job(a, job_id=handler.job_id, jar=None, restore_path="s3://b/sp-1",
+                        allow_non_restored_state=False, deadline=deadline(cluster, 30)) == handler.job_id
+    jm = cluster.kube.get("Deployment", cluster.namespace, "counter-jobmanager")
+    assert jm is not None
+    args = jm["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert ["--job-id", handler.job_id] == args[3:5] and "--fromSavepoint" in args
+    proxied = [h for c, h in zip(standin_only.api.calls(), standin_only.api.headers_log, strict=True)
+               if c.resource == "services/proxy"]
+    assert proxied and all(h.get("Authorization") == "Bearer stand-in-token" for h in proxied)
+    info = rt.observe("counter")
+    assert info.phase is ClusterPhase.READY
+    ns = cluster.namespace
+    assert info.rest_url == f"{standin_only.url}/api/v1/namespaces/{ns}/services/counter-rest%3A8081/proxy"
+
+
+def test_no_endpoints_behind_the_proxy_times_out_with_the_api_servers_reason(
+        cluster: Cluster, standin_only: Any) -> None:
+    rt = runtime(cluster, rest_via="proxy")
+    with pytest.raises(DeadlineExceededError, match=r"not found on its JobManager after 20s: .*no endpoints available"):
+        rt.start_job(mk(cluster), job_id="2" * 32, jar=None, restore_path=None, allow_non_restored_state=False,
+                     deadline=deadline(cluster, 20))
+
+
+def test_status_readers() -> None:
+    dep: dict[str, Any] = {"kind": "Deployment", "metadata": {"generation": 2}, "spec": {"replicas": 1},
+           "status": {"observedGeneration": 1, "availableReplicas": 1, "updatedReplicas": 1, "replicas": 1}}
+    assert workload_ready(dep) == (False, "the controller has not yet seen the latest spec")
+    dep["status"]["observedGeneration"] = 2
+    assert workload_ready(dep) == (True, None)
+    dep["status"]["conditions"] = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+                                    "message": 'ReplicaSet "x" has timed out progressing.'}]
+    assert workload_ready(dep)[1] == 'ProgressDeadlineExceeded: ReplicaSet "x" has timed out progressing.'
+    oom = {"status": {"containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "CrashLoopBackOff",
+                                                                                "message": "back-off"}},
+                                             "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}]}}
+    assert pod_problem(oom) == (True, "CrashLoopBackOff: back-off (last exit: OOMKilled, code 137)")
+    assert pod_problem({"status": {"phase": "Running", "containerStatuses": [{"state": {"running": {}}}]}}) is None
