@@ -723,12 +723,16 @@ class LocalRuntime:
         child = self._children.get(proc.pid)
         code = child.poll() if child is not None else None
         head = f"pid {proc.pid} exited with code {code}" if code is not None else f"pid {proc.pid} is gone"
-        logs = self._log_reason(rec, [proc])
+        log = self.paths(rec.app).log
+        # A JVM that dies before log4j starts (bad flag, no memory) only speaks on stdout/stderr.
+        out_tail = [ln.strip() for ln in _tail(log / f"{proc.name}.out", 4096).splitlines() if ln.strip()][-3:]
+        logs = " | ".join(filter(None, [self._log_reason(rec, [proc], outs=False), *out_tail]))
         return head + (f": {logs}" if logs else f" (see {self.paths(rec.app).log / (proc.name + '.log')})")
 
-    def _log_reason(self, rec: ClusterRecord, procs: list[ProcRecord]) -> str | None:
+    def _log_reason(self, rec: ClusterRecord, procs: list[ProcRecord], *, outs: bool = True) -> str | None:
         log = self.paths(rec.app).log
-        texts = [_tail(log / f"{p.name}{ext}") for p in procs for ext in (".out", ".log")]
+        exts = (".out", ".log") if outs else (".log",)
+        texts = [_tail(log / f"{p.name}{ext}") for p in procs for ext in exts]
         return extract_log_reason([t for t in texts if t])
 
     # -- plumbing ------------------------------------------------------------------------------------
