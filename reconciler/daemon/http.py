@@ -41,7 +41,9 @@ class Endpoints:
 
 
 class HttpServer:
-    def __init__(self, host: str, port: int, endpoints: Endpoints) -> None:
+    def __init__(self, host: str, port: int, endpoints: Endpoints, *, poll_interval: float = 0.5) -> None:
+        """`poll_interval`: how often the serving loop checks for stop(); stop() waits up to that long."""
+        self._poll_interval = poll_interval
         self._host = host
         self._port = port
         self._endpoints = endpoints
@@ -58,7 +60,7 @@ class HttpServer:
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.5}, name="http", daemon=True
+            target=server.serve_forever, kwargs={"poll_interval": self._poll_interval}, name="http", daemon=True
         )
         self._thread.start()
         log.info("listening on %s", self.url, extra={"host": self.address[0], "port": self.address[1]})

@@ -346,4 +346,3 @@ def _secrets(settings: Settings) -> WebhookSecrets:
 
 def _ts(when: datetime | None) -> str:
     return utc_timestamp(when.timestamp()) if when is not None else "-"
-

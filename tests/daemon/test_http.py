@@ -1,0 +1,288 @@
+"""The HTTP server on a real loopback socket: every endpoint, every webhook answer."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from reconciler.daemon.http import MAX_WEBHOOK_BODY, Endpoints, HttpServer
+from reconciler.daemon.metrics import Metrics
+from reconciler.daemon.webhooks import WebhookEvent, WebhookSecrets
+from reconciler.errors import ConfigError
+from tests.daemon import forges
+from tests.daemon.forges import AFTER, GITEA_SECRET, GITHUB_SECRET, GITLAB_TOKEN
+
+SECRETS = WebhookSecrets(github=GITHUB_SECRET.encode(), gitlab=GITLAB_TOKEN.encode(), gitea=GITEA_SECRET.encode())
+
+
+@dataclass
+class Callbacks:
+    pushes: list[WebhookEvent] = field(default_factory=list)
+    accept: bool = True
+    ready: tuple[bool, str] = (True, "git ok, runtime ok")
+    status: str = "flink-reconciler status\norders: running abc123\n"
+
+    def on_push(self, event: WebhookEvent) -> bool:
+        self.pushes.append(event)
+        return self.accept
+
+    def readiness(self) -> tuple[bool, str]:
+        return self.ready
+
+    def status_page(self) -> str:
+        if self.status == "boom":
+            raise RuntimeError("status callback failed")
+        return self.status
+
+
+@dataclass
+class Served:
+    url: str
+    client: httpx.Client
+    cb: Callbacks
+    metrics: Metrics
+
+    def webhook_counts(self) -> dict[tuple[str, str], float]:
+        text = self.client.get("/metrics").text
+        out: dict[tuple[str, str], float] = {}
+        for family in text_string_to_metric_families(text):
+            if family.name == "flink_reconciler_webhook_requests":
+                for s in family.samples:
+                    if s.name.endswith("_total"):
+                        out[(s.labels["forge"], s.labels["result"])] = s.value
+        return out
+
+
+@pytest.fixture
+def served() -> Iterator[Served]:
+    cb = Callbacks()
+    metrics = Metrics()
+    endpoints = Endpoints(
+        secrets=SECRETS,
+        branch="main",
+        on_push=cb.on_push,
+        readiness=cb.readiness,
+        metrics=metrics,
+        status_page=cb.status_page,
+    )
+    server = HttpServer("127.0.0.1", 0, endpoints, poll_interval=0.05)
+    server.start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            yield Served(server.url, client, cb, metrics)
+    finally:
+        server.stop()
+
+
+def test_healthz(served: Served) -> None:
+    r = served.client.get("/healthz")
+    assert (r.status_code, r.text) == (200, "ok\n")
+    assert r.headers["content-type"].startswith("text/plain")
+
+
+def test_readyz_follows_the_callback(served: Served) -> None:
+    r = served.client.get("/readyz")
+    assert (r.status_code, r.text) == (200, "git ok, runtime ok\n")
+    served.cb.ready = (False, "git: origin unreachable (connection refused)")
+    r = served.client.get("/readyz")
+    assert (r.status_code, r.text) == (503, "git: origin unreachable (connection refused)\n")
+
+
+def test_status_page(served: Served) -> None:
+    r = served.client.get("/")
+    assert r.status_code == 200
+    assert r.text == served.cb.status
+
+
+def test_failing_callback_is_a_500_not_a_dead_server(served: Served) -> None:
+    served.cb.status = "boom"
+    assert served.client.get("/").status_code == 500
+    assert served.client.get("/healthz").status_code == 200
+
+
+def test_unknown_paths_and_methods(served: Served) -> None:
+    assert served.client.get("/nope").status_code == 404
+    assert served.client.post("/metrics", content=b"x").status_code == 404
+    r = served.client.get("/webhook")
+    assert r.status_code == 405
+    assert r.headers["allow"] == "POST"
+
+
+def test_metrics_exposition_parses_and_negotiates_openmetrics(served: Served) -> None:
+    served.metrics.observe_reconcile("orders", 2.0, "success")
+    r = served.client.get("/metrics")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    names = {f.name for f in text_string_to_metric_families(r.text)}
+    assert "flink_reconciler_reconcile_duration_seconds" in names
+    r = served.client.get("/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert r.headers["content-type"].startswith("application/openmetrics-text")
+    assert r.text.rstrip().endswith("# EOF")
+
+
+@pytest.mark.parametrize(
+    ("name", "delivery"),
+    [
+        ("github", forges.github(forges.github_push_payload())),
+        ("gitlab", forges.gitlab(forges.gitlab_push_payload())),
+        ("gitea", forges.gitea(forges.gitea_push_payload())),
+    ],
+)
+def test_signed_push_is_202_and_triggers(served: Served, name: str, delivery: tuple[dict[str, str], bytes]) -> None:
+    headers, body = delivery
+    r = served.client.post("/webhook", content=body, headers=headers)
+    assert r.status_code == 202, r.text
+    assert AFTER in r.text
+    assert [(e.forge.value, e.after) for e in served.cb.pushes] == [(name, AFTER)]
+    assert served.webhook_counts()[(name, "triggered")] == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "delivery", "secret"),
+    [
+        ("github", forges.github(forges.github_push_payload(), secret=None), GITHUB_SECRET),
+        ("github", forges.github(forges.github_push_payload(), secret="wrong-secret"), GITHUB_SECRET),
+        ("gitlab", forges.gitlab(forges.gitlab_push_payload(), token=None), GITLAB_TOKEN),
+        ("gitlab", forges.gitlab(forges.gitlab_push_payload(), token="wrong-token"), GITLAB_TOKEN),
+        ("gitea", forges.gitea(forges.gitea_push_payload(), secret=None), GITEA_SECRET),
+        ("gitea", forges.gitea(forges.gitea_push_payload(), secret="wrong-secret"), GITEA_SECRET),
+    ],
+    ids=["github-unsigned", "github-wrong", "gitlab-unsigned", "gitlab-wrong", "gitea-unsigned", "gitea-wrong"],
+)
+def test_unsigned_or_wrongly_signed_is_401_and_logged_without_the_secret(
+    served: Served,
+    caplog: pytest.LogCaptureFixture,
+    name: str,
+    delivery: tuple[dict[str, str], bytes],
+    secret: str,
+) -> None:
+    headers, body = delivery
+    with caplog.at_level(logging.WARNING, logger="reconciler.daemon.http"):
+        r = served.client.post("/webhook", content=body, headers=headers)
+    assert r.status_code == 401
+    assert served.cb.pushes == []
+    refused = [rec for rec in caplog.records if "webhook refused" in rec.getMessage()]
+    assert len(refused) == 1
+    assert name in refused[0].getMessage()
+    logged = caplog.text + str([rec.__dict__ for rec in caplog.records])
+    for value in (secret, "wrong-secret", "wrong-token"):
+        assert value not in logged
+    assert secret not in r.text
+    assert served.webhook_counts()[(name, "unauthorized")] == 1
+
+
+def test_push_to_another_branch_is_200_ignored(served: Served) -> None:
+    headers, body = forges.gitlab(forges.gitlab_push_payload(ref="refs/heads/feature"))
+    r = served.client.post("/webhook", content=body, headers=headers)
+    assert r.status_code == 200
+    assert "ignored" in r.text
+    assert "refs/heads/feature" in r.text
+    assert served.cb.pushes == []
+    assert served.webhook_counts()[("gitlab", "ignored")] == 1
+
+
+def test_github_ping_is_200(served: Served) -> None:
+    headers, body = forges.github(forges.github_ping_payload(), event="ping")
+    r = served.client.post("/webhook", content=body, headers=headers)
+    assert (r.status_code, r.text) == (200, "pong\n")
+    assert served.cb.pushes == []
+
+
+def test_body_too_large_is_413_without_calling_back(served: Served) -> None:
+    payload = forges.github_push_payload()
+    payload["padding"] = "x" * MAX_WEBHOOK_BODY
+    headers, body = forges.github(payload)  # correctly signed, just too big
+    assert len(body) > MAX_WEBHOOK_BODY
+    r = served.client.post("/webhook", content=body, headers=headers)
+    assert r.status_code == 413
+    assert served.cb.pushes == []
+    assert served.webhook_counts()[("github", "too_large")] == 1
+
+
+def test_body_at_the_limit_is_read(served: Served) -> None:
+    payload = forges.github_push_payload()
+    headers, body = forges.github(payload)
+    payload["padding"] = "x" * (MAX_WEBHOOK_BODY - len(body) - len(', "padding": ""'))
+    headers, body = forges.github(payload)
+    assert len(body) == MAX_WEBHOOK_BODY
+    assert served.client.post("/webhook", content=body, headers=headers).status_code == 202
+
+
+def _raw(url: str, request: bytes) -> bytes:
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(request)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_missing_content_length_and_chunked_are_411(served: Served) -> None:
+    no_length = b"POST /webhook HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\n\r\n"
+    assert _raw(served.url, no_length).startswith(b"HTTP/1.0 411")
+    chunked = (
+        b"POST /webhook HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"2\r\n{}\r\n0\r\n\r\n"
+    )
+    assert _raw(served.url, chunked).startswith(b"HTTP/1.0 411")
+    assert served.cb.pushes == []
+
+
+def test_short_body_is_400(served: Served) -> None:
+    headers, body = forges.github(forges.github_push_payload())
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    request = f"POST /webhook HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {len(body) + 10}\r\n\r\n".encode()
+    host, port = served.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(request + body)
+        s.shutdown(socket.SHUT_WR)  # the client gives up before sending everything it announced
+        answer = s.recv(65536)
+    assert answer.startswith(b"HTTP/1.0 400")
+    assert served.cb.pushes == []
+
+
+def test_signed_but_malformed_is_400(served: Served) -> None:
+    headers, body = forges.github({"zen": "no ref here"})
+    r = served.client.post("/webhook", content=body, headers=headers)
+    assert r.status_code == 400
+    assert served.webhook_counts()[("github", "bad_request")] == 1
+
+
+def test_unknown_sender_is_400(served: Served) -> None:
+    r = served.client.post("/webhook", content=b"{}", headers={"Content-Type": "application/json"})
+    assert r.status_code == 400
+    assert served.webhook_counts()[("unknown", "bad_request")] == 1
+
+
+def test_refused_by_daemon_is_503(served: Served) -> None:
+    served.cb.accept = False
+    headers, body = forges.github(forges.github_push_payload())
+    r = served.client.post("/webhook", content=body, headers=headers)
+    assert r.status_code == 503
+    assert served.webhook_counts()[("github", "unavailable")] == 1
+
+
+def test_port_in_use_is_a_config_error(served: Served) -> None:
+    port = int(served.url.rsplit(":", 1)[1])
+    other = HttpServer(
+        "127.0.0.1", port, Endpoints(SECRETS, "main", lambda e: True, lambda: (True, ""), Metrics(), str)
+    )
+    with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
+        other.start()
+
+
+def test_stop_closes_the_port() -> None:
+    server = HttpServer("127.0.0.1", 0, Endpoints(SECRETS, "main", lambda e: True, lambda: (True, ""), Metrics(), str))
+    server.start()
+    url = server.url
+    assert httpx.get(url + "/healthz").status_code == 200
+    server.stop()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url + "/healthz", timeout=2)
