@@ -9,6 +9,7 @@ from pydantic import SecretStr
 
 from reconciler.clock import Clock, SystemClock
 from reconciler.core.observed import Outcome
+from reconciler.errors import ReportError
 from reconciler.report._http import make_client, post_json
 from reconciler.report.status import CommitStatus, shorten
 
@@ -64,15 +65,23 @@ class GitLabStatusSink:
 
     def post(self, status: CommitStatus) -> None:
         path = f"/projects/{quote(self._project, safe='')}/statuses/{status.revision}"
-        post_json(
-            self._client,
-            path,
-            self.body(status),
-            forge="GitLab",
-            what=f"status {status.context} on project {self._project}@{status.revision[:12]}",
-            clock=self._clock,
-            secrets=self._secrets,
-        )
+        body = self.body(status)
+        try:
+            post_json(
+                self._client,
+                path,
+                body,
+                forge="GitLab",
+                what=f"status {status.context} on project {self._project}@{status.revision[:12]}",
+                clock=self._clock,
+                secrets=self._secrets,
+            )
+        except ReportError as e:
+            # GitLab refuses to move a pending/running status to the state it already has (after a
+            # restart we no longer know what we posted): the commit already shows what we wanted.
+            if "Cannot transition status via" in str(e) and str(e).endswith(f"from :{body['state']}"):
+                return
+            raise
 
     def close(self) -> None:
         self._client.close()
