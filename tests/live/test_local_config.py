@@ -1,0 +1,101 @@
+"""The pure parts of the local runtime and the REST client: config rendering, hashing, error text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from reconciler.errors import PermanentStepError
+from reconciler.live.flink import is_transient_text, summarize_errors, summarize_stack
+from reconciler.live.local import (
+    ClusterPaths,
+    cluster_config_hash,
+    extract_log_reason,
+    flink_memory,
+    render_config,
+    render_yaml,
+)
+from tests.fixtures.flink import counter_app
+
+PATHS = ClusterPaths(root=Path("/s/clusters/a"), checkpoints=Path("/s/checkpoints/a"), savepoints=Path("/s/sp/a"))
+
+
+@pytest.mark.parametrize(
+    ("given", "flink"),
+    [("1024m", "1024m"), ("2g", "2g"), ("1280mb", "1280mb"), ("2Gi", f"{2 << 30}b"), ("512Mi", f"{512 << 20}b"),
+     ("1G", "1000000000b"), ("1073741824", "1073741824b")],
+)
+def test_flink_memory(given: str, flink: str) -> None:
+    assert flink_memory(given) == flink
+
+
+def test_flink_memory_rejects_garbage() -> None:
+    with pytest.raises(PermanentStepError):
+        flink_memory("lots")
+
+
+def test_cluster_hash_ignores_what_changes_without_a_cluster_restart() -> None:
+    base = counter_app("a")
+    h = cluster_config_hash(base, "2.3.0")
+    assert cluster_config_hash(counter_app("a", replicas=5), "2.3.0") == h
+    assert cluster_config_hash(counter_app("a", replicas=3, parallelism=3, rate=7, keys=9), "2.3.0") == h
+    assert cluster_config_hash(counter_app("a", slots=2), "2.3.0") != h
+    assert cluster_config_hash(counter_app("a", flink_configuration={"x.y": "1"}), "2.3.0") != h
+    assert cluster_config_hash(counter_app("a", taskManager={"resources": {"memory": "2g"}}), "2.3.0") != h
+    assert cluster_config_hash(base, "2.3.1") != h
+
+
+def test_render_config_runtime_owns_ports_and_dirs() -> None:
+    app = counter_app("a", slots=3, flink_configuration={
+        "rest.port": "8081", "io.tmp.dirs": "/tmp", "state.backend.type": "rocksdb",
+        "execution.checkpointing.dir": "file:///elsewhere",
+    })
+    conf = render_config(app, PATHS, rest_port=1234, rpc_port=5678)
+    assert conf["rest.port"] == "1234" and conf["jobmanager.rpc.port"] == "5678"
+    assert conf["io.tmp.dirs"] == conf["web.tmpdir"] == "/s/clusters/a/tmp"
+    assert conf["taskmanager.numberOfTaskSlots"] == "3"
+    assert conf["state.backend.type"] == "rocksdb"
+    assert conf["execution.checkpointing.dir"] == "file:///elsewhere"  # users may move state elsewhere
+    assert conf["execution.checkpointing.savepoint-dir"] == "file:///s/sp/a"
+    assert conf["execution.checkpointing.externalized-checkpoint-retention"] == "RETAIN_ON_CANCELLATION"
+    assert conf["cluster.registration.error-delay"] == "500 ms"
+    # The YAML round-trips every value as the same string.
+    assert YAML(typ="safe").load(render_yaml(conf)) == conf
+
+
+def test_extract_log_reason_prefers_errors_and_deepest_cause() -> None:
+    log = "\n".join([
+        "2026-01-01 00:00:00,000 INFO  org.apache.flink.Foo - starting",
+        "2026-01-01 00:00:01,000 ERROR org.apache.flink.runtime.entrypoint.ClusterEntrypoint - Could not start cluster",
+        "org.apache.flink.util.FlinkException: Failed",
+        "\tat x.y(Z.java:1)",
+        "Caused by: java.net.BindException: Address already in use",
+    ])
+    reason = extract_log_reason([log])
+    assert reason == "Could not start cluster | Caused by: java.net.BindException: Address already in use"
+    assert extract_log_reason(["INFO all good"]) is None
+
+
+FLINK_400 = (
+    "org.apache.flink.runtime.rest.handler.RestHandlerException: Could not execute application.\n"
+    "\tat org.apache.flink.runtime.webmonitor.handlers.JarRunHandler.lambda$handleRequest$1(JarRunHandler.java:114)\n"
+    "Caused by: org.apache.flink.util.FlinkRuntimeException: Could not execute application.\n"
+    "\t... 1 more\n"
+    "Caused by: java.io.FileNotFoundException: Cannot find checkpoint or savepoint file/directory 'file:/x'.\n"
+    "\tat org.apache.flink.runtime.state.filesystem.AbstractFsCheckpointStorageAccess.resolveCheckpointPointer\n"
+)
+
+
+def test_summaries_keep_the_deepest_cause() -> None:
+    assert summarize_stack(FLINK_400).startswith("java.io.FileNotFoundException: Cannot find checkpoint")
+    assert summarize_errors(["Internal server error.", "<Exception on server side:\n" + FLINK_400 + ">"]) \
+        == summarize_stack(FLINK_400)
+    assert summarize_errors(["Job could not be found."]) == "Job could not be found."
+    assert summarize_errors([]) == "no error text"
+
+
+def test_transient_text() -> None:
+    assert is_transient_text("CheckpointException: Not all required tasks are currently running.")
+    assert not is_transient_text("java.lang.ClassNotFoundException: x.Y")
