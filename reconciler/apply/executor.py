@@ -1,0 +1,647 @@
+"""The executor: runs each app's planned steps against a Runtime, journaled and resumable.
+
+Per step: the journal marks it started *before* anything happens outside and done *after* it
+completed; each step has its own deadline on the injected clock; transient errors are retried with
+capped exponential backoff until that deadline. Every step handler is idempotent given the journal's
+scratch data, so a retry within this process and a resume after a crash are the same code path:
+a journaled savepoint trigger is polled, never re-triggered; a job id already on the cluster is
+never submitted again.
+
+Failure path (DESIGN.md safety rules 2 and 3): a step at index <= `rollback_after` fails -> stop;
+the old job was not touched (or its stop failed, which leaves it running). A later step fails ->
+cancel the new job we submitted, run the plan's `rollback` steps once, and report FAILURE either
+way; nothing here loops and nothing here writes Git.
+
+Apps are independent: `run` executes them on a bounded thread pool and one app's failure or bug
+becomes that app's FAILURE, never the others'. A `BaseException` that is not an `Exception`
+(KeyboardInterrupt, SystemExit, a test's simulated crash) is deliberately not caught: it models the
+process dying, and the journal is what a later `resume` continues from.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from pydantic import ValidationError
+
+from reconciler.apply.journal import KEEP, InFlight, Journal, Stage, StepPhase, _Keep
+from reconciler.apply.retry import Backoff
+from reconciler.clock import Clock
+from reconciler.core.observed import ClusterPhase, JobPhase, Outcome, job_phase
+from reconciler.core.plan import (
+    Action,
+    AppPlan,
+    AwaitHealthy,
+    AwaitRunning,
+    CancelJob,
+    DeleteCluster,
+    EnsureCluster,
+    ForgetApp,
+    Plan,
+    RestoreKind,
+    SpecRef,
+    StartJob,
+    Step,
+    StopWithSavepoint,
+    describe_step,
+)
+from reconciler.errors import (
+    DeadlineExceededError,
+    JobNotFoundError,
+    JournalError,
+    ObserveError,
+    PermanentStepError,
+    ReconcilerError,
+    StepError,
+    TransientStepError,
+)
+from reconciler.live.flink import is_transient_text
+from reconciler.live.ports import FlinkApi, Runtime
+from reconciler.spec.model import FlinkApp
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+R = TypeVar("R")
+
+# Flink states a job never leaves (SUSPENDED is left out: with HA the job comes back).
+TERMINAL_STATES: Final = frozenset({"FINISHED", "CANCELED", "FAILED"})
+CHECKPOINT_INTERVAL_KEY: Final = "execution.checkpointing.interval"
+_ZERO_DURATION = re.compile(r"^\s*0+(\.0+)?\s*[a-z]*\s*$", re.IGNORECASE)
+_MAX_CAUSE = 2000
+
+
+class EventPhase(StrEnum):
+    STARTED = "started"
+    DONE = "done"
+    RETRY = "retry"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """A progress line for the CLI: one per step start/end and per retry."""
+
+    app: str
+    index: int  # 0-based within its stage
+    count: int  # steps in the stage
+    description: str
+    phase: EventPhase
+    elapsed: float  # seconds since the step started (injected clock)
+    rollback: bool = False
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class AppResult:
+    app: str
+    action: Action
+    outcome: Outcome
+    failed_step: str | None
+    message: str
+    rolled_back: bool = False
+    savepoint: str | None = None  # the restore point this execution captured, if any
+    job_id: str | None = None  # the job this execution left running (submitted by it), if any
+    step_timings: tuple[tuple[str, float], ...] = ()  # (step type, seconds); rollback steps "rollback:<type>"
+
+
+@dataclass
+class _Run:
+    """Mutable bookkeeping of one execution in this process (the durable part is the journal)."""
+
+    app: str
+    plan: AppPlan
+    revision: str
+    timings: list[tuple[str, float]] = field(default_factory=list)
+    specs: dict[SpecRef, FlinkApp] = field(default_factory=dict)
+
+
+class _StageFailedError(Exception):
+    """A stage stopped at a step (internal control flow)."""
+
+    def __init__(self, index: int, step: Step, cause: str) -> None:
+        super().__init__(cause)
+        self.index = index
+        self.step = step
+        self.cause = cause
+
+
+class Executor:
+    def __init__(
+        self,
+        runtime: Runtime,
+        journal: Journal,
+        clock: Clock,
+        *,
+        resolve_jar: Callable[[FlinkApp], Path | None],
+        poll_interval: float = 0.2,
+        max_parallel: int = 4,
+        on_event: Callable[[StepEvent], None] | None = None,
+        backoff: Backoff | None = None,
+        cleanup_deadline_s: float = 60.0,
+    ) -> None:
+        if poll_interval <= 0 or max_parallel < 1 or cleanup_deadline_s <= 0:
+            raise ValueError("poll_interval and cleanup_deadline_s must be > 0, max_parallel >= 1")
+        self.runtime = runtime
+        self.journal = journal
+        self.clock = clock
+        self.resolve_jar = resolve_jar
+        self.poll_interval = poll_interval
+        self.max_parallel = max_parallel
+        self.on_event = on_event
+        self.backoff = backoff or Backoff()
+        self.cleanup_deadline_s = cleanup_deadline_s
+
+    # ---- entry points ---------------------------------------------------------------------------
+
+    def run(self, plan: Plan) -> dict[str, AppResult]:
+        """Execute every app of the plan that has something to do, concurrently and independently.
+
+        Apps with an unfinished execution in the journal must be resumed first (`resume_all`):
+        their new plan was computed against a half-done state, so they are refused (FAILURE)."""
+        todo = [a for a in plan.apps if a.action is not Action.NOOP]
+        return self._parallel(todo, lambda a: a.app, lambda a: self._guarded(a.app, a.action,
+                                                                            lambda: self.run_app(plan.revision, a)))
+
+    def run_app(self, revision: str, app_plan: AppPlan) -> AppResult:
+        if app_plan.action in (Action.BLOCKED, Action.ERROR, Action.NOOP):
+            return self._not_executed(revision, app_plan)
+        self.journal.begin(app_plan.app, revision, app_plan)
+        return self._drive(app_plan.app)
+
+    def resume(self, app: str) -> AppResult | None:
+        """Continue the app's execution left in the journal by a crashed process (None: nothing to do)."""
+        if self.journal.inflight(app) is None:
+            return None
+        return self._drive(app)
+
+    def resume_all(self) -> dict[str, AppResult]:
+        pending = list(self.journal.all_inflight().values())
+        results = self._parallel(
+            pending, lambda i: i.app, lambda i: self._guarded(i.app, i.plan.action, lambda: self.resume(i.app))
+        )
+        return {k: v for k, v in results.items() if v is not None}
+
+    def _parallel(self, items: list[T], key: Callable[[T], str], fn: Callable[[T], R]) -> dict[str, R]:
+        if not items:
+            return {}
+        crash: BaseException | None = None
+        results: dict[str, R] = {}
+        with ThreadPoolExecutor(max_workers=min(self.max_parallel, len(items)),
+                                thread_name_prefix="apply") as pool:
+            futures = [(key(i), pool.submit(fn, i)) for i in items]
+            for name, fut in futures:
+                try:
+                    results[name] = fut.result()
+                except BaseException as e:  # a simulated/real crash in one worker: re-raised below
+                    crash = crash or e
+        if crash is not None:
+            raise crash
+        return results
+
+    def _guarded(self, app: str, action: Action, fn: Callable[[], R]) -> R | AppResult:
+        """Turn anything an app's execution raises (a bug, a journal error) into that app's FAILURE."""
+        try:
+            return fn()
+        except Exception as e:
+            log.exception("applying %s failed unexpectedly", app)
+            message = f"internal error: {type(e).__name__}: {e}"
+            try:
+                if self.journal.inflight(app) is not None:
+                    self.journal.finish(app, Outcome.FAILURE, message, applied_spec=None)
+            except Exception:
+                log.exception("could not record the failure of %s in the journal", app)
+            return AppResult(app=app, action=action, outcome=Outcome.FAILURE, failed_step=None, message=message)
+
+    def _not_executed(self, revision: str, app_plan: AppPlan) -> AppResult:
+        outcome = Outcome.ERROR if app_plan.action is Action.ERROR else Outcome.FAILURE
+        if app_plan.action is not Action.NOOP:
+            self.journal.record_attempt(
+                app_plan.app, revision, outcome, app_plan.reason, action=app_plan.action.value,
+                source_file=app_plan.source_file,
+            )
+        else:
+            outcome = Outcome.SUCCESS
+        return AppResult(app=app_plan.app, action=app_plan.action, outcome=outcome, failed_step=None,
+                         message=app_plan.reason)
+
+    # ---- one execution --------------------------------------------------------------------------
+
+    def _drive(self, app: str) -> AppResult:
+        inf = self._inflight(app)
+        run = _Run(app=app, plan=inf.plan, revision=inf.revision)
+        plan = inf.plan
+        if inf.stage is Stage.FORWARD:
+            try:
+                self._run_stage(run, Stage.FORWARD, plan.steps, self._next_index(inf))
+            except _StageFailedError as f:
+                no_rollback = plan.rollback_after is None or f.index <= plan.rollback_after or not plan.rollback
+                if no_rollback:
+                    return self._finish(run, Outcome.FAILURE, failed_step=describe_step(f.step),
+                                        message=f"{describe_step(f.step)} failed: {f.cause}", job_id=KEEP)
+                self.journal.start_rollback(app, failed_step=describe_step(f.step), failure=f.cause)
+                inf = self._inflight(app)
+            else:
+                return self._succeed(run)
+        return self._roll_back(run, inf)
+
+    @staticmethod
+    def _next_index(inf: InFlight) -> int:
+        return inf.step_index + 1 if inf.phase is StepPhase.DONE else inf.step_index
+
+    def _succeed(self, run: _Run) -> AppResult:
+        plan = run.plan
+        job_id: str | _Keep | None = KEEP
+        starts = [s for s in plan.steps if isinstance(s, StartJob)]
+        if starts:
+            job_id = starts[-1].job_id
+        elif any(isinstance(s, StopWithSavepoint | CancelJob | DeleteCluster) for s in plan.steps):
+            job_id = None
+        if plan.desired is not None:
+            try:
+                retain = FlinkApp.model_validate(plan.desired).spec.savepoints.retain
+            except ValidationError:
+                retain = None
+            if retain is not None and self.journal.record(run.app) is not None:
+                for sp in self.journal.prune_savepoints(run.app, retain):
+                    log.info("%s: pruned savepoint %s (retain %d)", run.app, sp.path, retain)
+        message = f"{plan.action.value} applied at {run.revision[:12]}"
+        if isinstance(job_id, str):
+            message += f"; job {job_id} running"
+        return self._finish(run, Outcome.SUCCESS, failed_step=None, message=message, job_id=job_id,
+                            applied_spec=plan.desired)
+
+    def _roll_back(self, run: _Run, inf: InFlight) -> AppResult:
+        failed_step = inf.failed_step or "a step"
+        first = f"{failed_step} failed: {inf.failure}"
+        try:
+            if inf.step_index == 0 and inf.phase is not StepPhase.DONE:
+                self._cancel_failed_job(run, inf.submitted_job_id)
+            self._run_stage(run, Stage.ROLLBACK, run.plan.rollback, self._next_index(inf))
+        except _StageFailedError as f:
+            return self._finish(
+                run, Outcome.FAILURE, failed_step=failed_step,
+                message=f"{first}; the rollback failed too: {describe_step(f.step)}: {f.cause}; "
+                        "the app is left as it is and needs a human",
+                job_id=None, rolled_back=False,
+            )
+        starts = [s for s in run.plan.rollback if isinstance(s, StartJob)]
+        return self._finish(
+            run, Outcome.FAILURE, failed_step=failed_step,
+            message=f"rolled back to the previous spec: {first}",
+            job_id=starts[-1].job_id if starts else KEEP, rolled_back=True,
+        )
+
+    def _cancel_failed_job(self, run: _Run, job_id: str | None) -> None:
+        """Before rolling back, make sure the new job we submitted is not running (and holding slots)."""
+        if job_id is None:
+            return
+        step = CancelJob(job_id=job_id, deadline_s=self.cleanup_deadline_s)
+        try:
+            self._with_retries(run, step, lambda deadline: self._cancel_and_wait(run.app, job_id, deadline))
+        except StepError as e:
+            raise _StageFailedError(0, step, f"could not cancel the failed new job {job_id}: {e}") from e
+
+    def _finish(
+        self,
+        run: _Run,
+        outcome: Outcome,
+        *,
+        failed_step: str | None,
+        message: str,
+        job_id: str | _Keep | None,
+        rolled_back: bool = False,
+        applied_spec: dict[str, Any] | None = None,
+    ) -> AppResult:
+        inf = self.journal.inflight(run.app)
+        savepoint = inf.captured_path if inf is not None else None
+        self.journal.finish(run.app, outcome, message, applied_spec=applied_spec, job_id=job_id)
+        return AppResult(
+            app=run.app, action=run.plan.action, outcome=outcome, failed_step=failed_step, message=message,
+            rolled_back=rolled_back, savepoint=savepoint, job_id=job_id if isinstance(job_id, str) else None,
+            step_timings=tuple(run.timings),
+        )
+
+    def _inflight(self, app: str) -> InFlight:
+        inf = self.journal.inflight(app)
+        if inf is None:
+            raise JournalError(f"{self.journal.path}: app {app!r} has no execution in flight")
+        return inf
+
+    # ---- steps ----------------------------------------------------------------------------------
+
+    def _run_stage(self, run: _Run, stage: Stage, steps: tuple[Step, ...], start: int) -> None:
+        rollback = stage is Stage.ROLLBACK
+        for index in range(start, len(steps)):
+            step = steps[index]
+            pre = {"submitted_job_id": step.job_id} if isinstance(step, StartJob) else {}
+            self.journal.step_started(run.app, index, **pre)
+            t0 = self.clock.monotonic()
+            self._emit(run, step, EventPhase.STARTED, t0, index=index, count=len(steps), rollback=rollback)
+            try:
+                scratch = self._with_retries(
+                    run, step, functools.partial(self._handle, run, stage, step),
+                    index=index, count=len(steps), rollback=rollback,
+                )
+            except StepError as e:
+                self._record_timing(run, step, t0, rollback)
+                self._emit(run, step, EventPhase.FAILED, t0, index=index, count=len(steps), rollback=rollback,
+                           message=str(e))
+                raise _StageFailedError(index, step, _short(str(e))) from e
+            except Exception as e:  # a bug in a handler or port: fail this app's step, not the process
+                log.exception("%s: step %s raised unexpectedly", run.app, step.type)
+                self._record_timing(run, step, t0, rollback)
+                cause = f"internal error: {type(e).__name__}: {e}"
+                self._emit(run, step, EventPhase.FAILED, t0, index=index, count=len(steps), rollback=rollback,
+                           message=cause)
+                raise _StageFailedError(index, step, _short(cause)) from e
+            self.journal.step_done(run.app, index, **scratch)
+            self._record_timing(run, step, t0, rollback)
+            self._emit(run, step, EventPhase.DONE, t0, index=index, count=len(steps), rollback=rollback)
+
+    def _with_retries(
+        self, run: _Run, step: Step, attempt_fn: Callable[[float], R], *, index: int = 0, count: int = 1,
+        rollback: bool = False,
+    ) -> R:
+        """Call `attempt_fn(deadline)` until it returns, retrying transient errors with backoff."""
+        t0 = self.clock.monotonic()
+        deadline = t0 + step.deadline_s
+        attempt = 0
+        while True:
+            try:
+                return attempt_fn(deadline)
+            except TransientStepError as e:
+                last: ReconcilerError = e
+            except JobNotFoundError as e:
+                raise PermanentStepError(str(e)) from e
+            except ObserveError as e:  # live state unreadable right now: worth another look
+                last = e
+            except StepError:
+                raise
+            except JournalError:
+                raise
+            except ReconcilerError as e:  # provisioning, spec, ... : retrying will not help
+                raise PermanentStepError(str(e)) from e
+            delay = self.backoff.delay(attempt)
+            attempt += 1
+            if self.clock.monotonic() + delay >= deadline:
+                raise DeadlineExceededError(
+                    f"did not succeed within its {step.deadline_s:g}s deadline; last error: {last}"
+                ) from last
+            self._emit(run, step, EventPhase.RETRY, t0, index=index, count=count, rollback=rollback,
+                       message=f"{last} (retry in {delay:g}s)")
+            self.clock.sleep(delay)
+
+    def _handle(self, run: _Run, stage: Stage, step: Step, deadline: float) -> dict[str, str | None]:
+        """Do one step (idempotently); return the scratch data to journal with its completion."""
+        match step:
+            case EnsureCluster():
+                self._ensure_cluster(run, step, deadline)
+            case StopWithSavepoint():
+                return self._stop_with_savepoint(run, step, deadline)
+            case CancelJob():
+                return self._cancel_job(run, step, deadline)
+            case StartJob():
+                self._start_job(run, step, deadline)
+            case AwaitRunning():
+                self._await_running(run, step, deadline)
+            case AwaitHealthy():
+                self._await_healthy(run, stage, step, deadline)
+            case DeleteCluster():
+                self.runtime.delete_cluster(run.app, deadline=deadline)
+            case ForgetApp():
+                self.journal.forget(run.app)
+        return {}
+
+    def _ensure_cluster(self, run: _Run, step: EnsureCluster, deadline: float) -> None:
+        info = self.runtime.ensure_cluster(self._spec(run, step.spec), deadline=deadline)
+        if info.phase is ClusterPhase.FAILED:
+            raise PermanentStepError(f"the cluster failed to start: {info.message or 'no reason given'}")
+        if info.phase is not ClusterPhase.READY:
+            raise TransientStepError(f"the cluster is {info.phase.value}: {info.message or 'not ready yet'}")
+
+    def _stop_with_savepoint(self, run: _Run, step: StopWithSavepoint, deadline: float) -> dict[str, str | None]:
+        inf = self._inflight(run.app)
+        flink = self.runtime.flink(run.app)
+        trigger = inf.trigger_id
+        if trigger is not None and inf.captured_path and self._recorded(run.app, inf.captured_path, step.job_id):
+            return {}  # completed and recorded before a crash; Flink may have forgotten the trigger by now
+        if trigger is None:
+            # Trigger only a job that has not ended: a stop whose trigger id was lost (crash or lost
+            # response between the REST call and the journal write) may have ended it already.
+            state = self._job_state(flink, step.job_id)
+            if state is None or state in TERMINAL_STATES:
+                raise PermanentStepError(
+                    f"job {step.job_id} is {state or 'gone'}: no savepoint can be taken"
+                    + (" (if a stop-with-savepoint was sent before a crash, its savepoint exists but its "
+                       "location is unknown)" if state == "FINISHED" else "")
+                )
+            trigger = flink.stop_with_savepoint(step.job_id, drain=step.drain)
+            self.journal.set_scratch(run.app, trigger_id=trigger)
+        while True:
+            status = flink.savepoint_status(step.job_id, trigger)
+            if status.done:
+                if status.failure:
+                    # "Not all required tasks are currently running" (too early after a start) comes
+                    # back inside a COMPLETED operation: only its text tells "not yet" from "never".
+                    if is_transient_text(status.failure):
+                        self.journal.set_scratch(run.app, trigger_id=None)
+                        raise TransientStepError(f"savepoint refused for now: {_short(status.failure, 300)}")
+                    raise PermanentStepError(f"stop-with-savepoint failed: {_short(status.failure)}")
+                if not status.location:
+                    raise PermanentStepError("stop-with-savepoint completed without a savepoint location")
+                self.journal.add_savepoint(run.app, status.location, job_id=step.job_id, revision=run.revision)
+                return {"captured_path": status.location, "captured_kind": "savepoint"}
+            self._wait(deadline, f"savepoint {trigger} of job {step.job_id}")
+
+    def _recorded(self, app: str, path: str, job_id: str) -> bool:
+        rec = self.journal.record(app)
+        return rec is not None and any(s.path == path and s.job_id == job_id for s in rec.savepoints)
+
+    def _cancel_job(self, run: _Run, step: CancelJob, deadline: float) -> dict[str, str | None]:
+        state = self._cancel_and_wait(run.app, step.job_id, deadline)
+        if not step.capture_checkpoint:
+            return {}
+        if state is None:
+            raise PermanentStepError(f"job {step.job_id} is gone: no retained checkpoint can be found")
+        stats = self.runtime.flink(run.app).checkpoints(step.job_id)
+        if not stats.latest_completed_path:
+            raise PermanentStepError(f"job {step.job_id} has no retained checkpoint to restore from")
+        self.journal.add_savepoint(
+            run.app, stats.latest_completed_path, job_id=step.job_id, revision=run.revision, kind="checkpoint",
+            taken_at=stats.latest_completed_at,
+        )
+        return {"captured_path": stats.latest_completed_path, "captured_kind": "checkpoint"}
+
+    def _cancel_and_wait(self, app: str, job_id: str, deadline: float) -> str | None:
+        """Cancel unless already ending, then wait for a terminal state (None: the job does not exist)."""
+        flink = self.runtime.flink(app)
+        sent = False
+        while True:
+            state = self._job_state(flink, job_id)
+            if state is None or state in TERMINAL_STATES:
+                return state
+            if not sent and state != "CANCELLING":
+                try:
+                    flink.cancel(job_id)
+                except JobNotFoundError:
+                    return None
+                except PermanentStepError:  # 409: it reached a terminal state meanwhile; else re-raise
+                    state = self._job_state(flink, job_id)
+                    if state is None or state in TERMINAL_STATES:
+                        return state
+                    raise
+                sent = True
+                continue
+            self._wait(deadline, f"job {job_id} to finish cancelling (state {state})")
+
+    def _start_job(self, run: _Run, step: StartJob, deadline: float) -> None:
+        match step.restore.kind:
+            case RestoreKind.NONE:
+                restore: str | None = None
+            case RestoreKind.CAPTURED:
+                restore = self._inflight(run.app).captured_path
+                if restore is None:
+                    raise PermanentStepError("no captured restore point: the step that takes it did not complete")
+            case RestoreKind.PATH:
+                restore = step.restore.path
+                if not restore:
+                    raise PermanentStepError("the plan names no restore path")
+        if self._job_submitted(run.app, step.job_id):
+            log.info("%s: job %s already submitted; not submitting again", run.app, step.job_id)
+            return
+        app = self._spec(run, step.spec)
+        jar = self.resolve_jar(app)
+        started = self.runtime.start_job(
+            app, job_id=step.job_id, jar=jar, restore_path=restore,
+            allow_non_restored_state=step.allow_non_restored_state, deadline=deadline,
+        )
+        if started != step.job_id:
+            raise PermanentStepError(f"the runtime started job {started}, not the planned {step.job_id}")
+
+    def _job_submitted(self, app: str, job_id: str) -> bool:
+        """Whether the cluster already has this job. Unknown (cluster not up yet, as before a
+        Kubernetes application-mode start) counts as no: `start_job` is idempotent on the id anyway."""
+        try:
+            return any(j.job_id == job_id for j in self.runtime.flink(app).jobs())
+        except (StepError, ObserveError):
+            return False
+
+    def _await_running(self, run: _Run, step: AwaitRunning, deadline: float) -> None:
+        flink = self.runtime.flink(run.app)
+        while True:
+            last = self._job_progress(flink, step.job_id)
+            if last is None:
+                return
+            self._wait(deadline, f"job {step.job_id} to run all its tasks (last seen {last})",
+                       flink=flink, job_id=step.job_id)
+
+    def _job_progress(self, flink: FlinkApi, job_id: str) -> str | None:
+        """None when the job runs every task; a description of where it is otherwise; raises when it
+        cannot get there (gone, failed, ended)."""
+        try:
+            job = flink.job(job_id)
+        except JobNotFoundError as e:
+            raise PermanentStepError(f"job {job_id} does not exist{_suffix(self._root_cause(flink, job_id))}") from e
+        phase = job_phase(job.state, job.tasks_running, job.tasks_total)
+        if phase is JobPhase.RUNNING:
+            return None
+        if phase is JobPhase.FAILING:
+            raise PermanentStepError(f"job {job_id} is {job.state}{_suffix(self._root_cause(flink, job_id))}")
+        if job.state.upper() in TERMINAL_STATES | {"CANCELLING"}:
+            raise PermanentStepError(f"job {job_id} ended ({job.state}){_suffix(self._root_cause(flink, job_id))}")
+        return f"{job.state}, {job.tasks_running}/{job.tasks_total} tasks running"
+
+    def _await_healthy(self, run: _Run, stage: Stage, step: AwaitHealthy, deadline: float) -> None:
+        conf = self._spec(run, self._spec_ref_of(run, stage, step.job_id)).spec.flink_configuration
+        interval = conf.get(CHECKPOINT_INTERVAL_KEY)
+        if interval is None or _ZERO_DURATION.match(interval):
+            return  # checkpointing is off: nothing to wait for
+        flink = self.runtime.flink(run.app)
+        while True:
+            progress = self._job_progress(flink, step.job_id)
+            if progress is None:
+                started_ms = flink.job(step.job_id).start_time_ms
+                stats = flink.checkpoints(step.job_id)
+                after_start = stats.latest_completed_at is None or started_ms <= 0 or (
+                    stats.latest_completed_at.timestamp() * 1000 >= started_ms)
+                if stats.completed_count > 0 and stats.latest_completed_id is not None and after_start:
+                    return
+                progress = f"{stats.completed_count} checkpoints completed"
+            self._wait(deadline, f"job {step.job_id} to complete a checkpoint (last seen {progress})",
+                       flink=flink, job_id=step.job_id)
+
+    @staticmethod
+    def _spec_ref_of(run: _Run, stage: Stage, job_id: str) -> SpecRef:
+        """The spec a job was started from: its StartJob's, else the stage's natural one."""
+        for steps in (run.plan.rollback, run.plan.steps) if stage is Stage.ROLLBACK else (run.plan.steps,):
+            for s in steps:
+                if isinstance(s, StartJob) and s.job_id == job_id:
+                    return s.spec
+        return SpecRef.PREVIOUS if stage is Stage.ROLLBACK else SpecRef.DESIRED
+
+    # ---- helpers --------------------------------------------------------------------------------
+
+    def _spec(self, run: _Run, ref: SpecRef) -> FlinkApp:
+        if ref not in run.specs:
+            raw = run.plan.desired if ref is SpecRef.DESIRED else run.plan.previous
+            if raw is None:
+                raise PermanentStepError(f"the plan carries no {ref.value} spec for {run.app}")
+            try:
+                run.specs[ref] = FlinkApp.model_validate(raw)
+            except ValidationError as e:
+                raise PermanentStepError(f"the plan's {ref.value} spec is invalid: {e}") from e
+        return run.specs[ref]
+
+    def _job_state(self, flink: FlinkApi, job_id: str) -> str | None:
+        try:
+            return flink.job(job_id).state.upper()
+        except JobNotFoundError:
+            return None
+
+    def _root_cause(self, flink: FlinkApi, job_id: str) -> str | None:
+        try:
+            causes = flink.exceptions(job_id)
+        except ReconcilerError:
+            return None
+        return _short(causes[0]) if causes else None
+
+    def _wait(self, deadline: float, what: str, *, flink: FlinkApi | None = None, job_id: str | None = None) -> None:
+        """Sleep one poll interval, or raise DeadlineExceededError when the deadline has come."""
+        now = self.clock.monotonic()
+        if now >= deadline:
+            cause = self._root_cause(flink, job_id) if flink is not None and job_id is not None else None
+            raise DeadlineExceededError(f"deadline passed waiting for {what}{_suffix(cause)}")
+        self.clock.sleep(min(self.poll_interval, deadline - now))
+
+    def _record_timing(self, run: _Run, step: Step, t0: float, rollback: bool) -> None:
+        run.timings.append((("rollback:" if rollback else "") + step.type, self.clock.monotonic() - t0))
+
+    def _emit(
+        self, run: _Run, step: Step, phase: EventPhase, t0: float, *, index: int, count: int, rollback: bool,
+        message: str | None = None,
+    ) -> None:
+        if self.on_event is None:
+            return
+        event = StepEvent(app=run.app, index=index, count=count, description=describe_step(step), phase=phase,
+                          elapsed=self.clock.monotonic() - t0, rollback=rollback, message=message)
+        try:
+            self.on_event(event)
+        except Exception:  # progress output must never break an upgrade
+            log.exception("progress callback failed")
+
+
+def _short(text: str, limit: int = _MAX_CAUSE) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _suffix(cause: str | None) -> str:
+    return f": {cause}" if cause else ""
