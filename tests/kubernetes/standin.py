@@ -421,6 +421,8 @@ class StandinApi(kmock.KubernetesEmulator):
             meta["namespace"] = ns
         if old is None:
             self.ip_seq += 1
+        apply_defaults(kind, obj, self.ip_seq)  # before comparing specs: defaults are not a change
+        if old is None:
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = _now()
             if "spec" in obj:
@@ -436,7 +438,6 @@ class StandinApi(kmock.KubernetesEmulator):
                 obj["status"] = old["status"]
             if old.get("spec") != obj.get("spec") and "spec" in obj:
                 meta["generation"] = int(om.get("generation", 0)) + 1
-        apply_defaults(kind, obj, self.ip_seq)
         if old is None or self._strip(old) != self._strip(obj):
             self.rv += 1
             meta["resourceVersion"] = str(self.rv)
