@@ -141,6 +141,9 @@ class GitSource:
         self.cache_dir = Path(cache_dir)
         self.git_dir = self.cache_dir / "repo.git"
         self._network_timeout = network_timeout
+        self._is_local = self._url.startswith("file://") or (
+            "://" not in self._url and not _SCP_LIKE.match(self._url)
+        )
         self._lock = threading.RLock()
         self._pending_notes: dict[str, list[_Pending]] = {}
         self._git = git.Git(str(self.cache_dir))
@@ -177,6 +180,15 @@ class GitSource:
                 network=True,
                 what=f"fetch {self._url}",
             )
+            if self._is_local:
+                # A working copy's checked-out commit (maybe detached) as "origin/HEAD", so a local
+                # `plan --head origin/HEAD` sees what the user has checked out.
+                self._run(
+                    ["fetch", "--no-write-fetch-head", "origin", "+HEAD:refs/remotes/origin/HEAD"],
+                    network=True,
+                    what=f"fetch HEAD of {self._url}",
+                    ok_stderr=("couldn't find remote ref",),
+                )
             new = self._ref_sha(f"refs/heads/{self.branch}")
             if new is None:
                 raise SourceError(f"branch {self.branch!r} does not exist on origin {self._url}")
@@ -513,6 +525,7 @@ class GitSource:
         return _URL_USERINFO.sub(r"\1***@", text)
 
 
+_SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
 _URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.IGNORECASE)
 _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
@@ -523,7 +536,7 @@ def _is_sha(text: str) -> bool:
 
 def _normalize_url(url: str) -> str:
     """Plain paths (bare repo or working copy) become absolute; URLs stay as given."""
-    if "://" in url or re.match(r"^[\w.-]+@[\w.-]+:", url):
+    if "://" in url or _SCP_LIKE.match(url):
         return url
     return str(Path(url).expanduser().resolve())
 

@@ -197,6 +197,15 @@ def test_working_copy_path_as_url(up: Upstream, tmp_path: Path) -> None:
     src = GitSource(str(up.work), tmp_path / "cache")
     assert src.fetch().new_sha == local
     assert "apps/local.yaml" in src.read_tree("main", "apps")
+    # The working copy's checked-out commit, even on another branch or detached, is origin/HEAD.
+    git(up.work, "checkout", "-q", "-b", "feature")
+    feature = up.commit({"apps/feature.yaml": "name: feature\n"}, "feature work")
+    src.fetch()
+    assert src.resolve("origin/HEAD") == feature
+    assert src.resolve("HEAD") == local  # HEAD is the tracked branch
+    git(up.work, "checkout", "-q", "--detach", "HEAD~1")
+    src.fetch()
+    assert src.resolve("origin/HEAD") == local
 
 
 def test_file_url_and_missing_branch(up: Upstream, tmp_path: Path) -> None:
