@@ -207,17 +207,14 @@ class Executor:
         return results
 
     def _guarded(self, app: str, action: Action, fn: Callable[[], R]) -> R | AppResult:
-        """Turn anything an app's execution raises (a bug, a journal error) into that app's FAILURE."""
+        """Turn anything an app's execution raises (a journal error, a bug outside the steps) into
+        that app's FAILURE. Its in-flight record, if any, is left alone: finishing it here could
+        drop a half-done upgrade that only a resume can complete safely."""
         try:
             return fn()
         except Exception as e:
             log.exception("applying %s failed unexpectedly", app)
             message = f"internal error: {type(e).__name__}: {e}"
-            try:
-                if self.journal.inflight(app) is not None:
-                    self.journal.finish(app, Outcome.FAILURE, message, applied_spec=None)
-            except Exception:
-                log.exception("could not record the failure of %s in the journal", app)
             return AppResult(app=app, action=action, outcome=Outcome.FAILURE, failed_step=None, message=message)
 
     def _not_executed(self, revision: str, app_plan: AppPlan) -> AppResult:

@@ -441,6 +441,8 @@ def test_apps_are_independent(world: World) -> None:
     assert results["good"].outcome is Outcome.SUCCESS
     assert results["bad"].outcome is Outcome.FAILURE and "Typo" in results["bad"].message
     assert results["stuck"].outcome is Outcome.FAILURE and "unfinished execution" in results["stuck"].message
+    stuck_inflight = world.journal.inflight("stuck")
+    assert stuck_inflight is not None and stuck_inflight.revision == "f" * 40  # kept for a resume
     assert live_jobs(world, "good") == [NEW]
 
 
