@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what flink-reconciler needs on a fresh Debian/Ubuntu machine: Java 17 (for the local
+# runtime and to build the example job) and a virtualenv in .venv with the package and its extras.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+java_ok() { command -v javac >/dev/null 2>&1 && javac -version 2>&1 | grep -qE 'javac (1[7-9]|[2-9][0-9])'; }
+if ! java_ok; then
+  echo "setup: installing OpenJDK 17 (apt)" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-17-jdk-headless >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+.venv/bin/python -m pip install -q -e '.[dev,local]' 2>&1 | grep -v '^WARNING: Location' || true
+.venv/bin/python -c 'import reconciler, pyflink' || { echo "setup: install failed" >&2; exit 1; }
