@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -20,6 +21,9 @@ from reconciler.errors import ReconcilerError, SourceError
 from reconciler.spec.load import LoadResult, load_dir
 
 if TYPE_CHECKING:
+    from reconciler.apply.executor import StepEvent
+    from reconciler.daemon.service import Reconciler
+    from reconciler.settings import Settings
     from reconciler.source.git import GitSource
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
@@ -66,10 +70,78 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--cache-dir", type=Path, help="where Git clones are cached")
     pl.set_defaults(func=cmd_plan)
 
+    pl.add_argument("--live", action="store_true",
+                    help="plan against the live state (runtime + journal) instead of --base; needs the runtime")
+    _runtime_flags(pl, repo=False)
+
+    ap = sub.add_parser("apply", help="plan a revision against the live state and execute it")
+    ap.add_argument("--repo", help="Git repository: a path or URL (default: FLINK_RECONCILER_REPO_URL)")
+    ap.add_argument("--rev", default=None, help="revision to apply (default: the branch tip)")
+    ap.add_argument("--plan", type=Path, help="execute exactly this saved plan (from `plan --live --out`)")
+    ap.add_argument("--prune", action="store_true", default=None, help="delete apps whose spec was removed")
+    ap.add_argument("--path", default=None, help="sub-directory of the repo holding the specs")
+    ap.add_argument("--allow-mass-delete", action="store_true", help="disable the mass-deletion guard")
+    _runtime_flags(ap)
+    ap.set_defaults(func=cmd_apply)
+
+    st = sub.add_parser("status", help="one line per app: applied revision, job, last savepoint, outcome")
+    st.add_argument("--output", choices=["table", "json"], default="table")
+    _runtime_flags(st)
+    st.set_defaults(func=cmd_status)
+
+    hi = sub.add_parser("history", help="transitions and savepoints of one app")
+    hi.add_argument("app")
+    hi.add_argument("--output", choices=["table", "json"], default="table")
+    _runtime_flags(hi)
+    hi.set_defaults(func=cmd_history)
+
+    rn = sub.add_parser("run", help="the daemon: poll Git (or take webhooks), reconcile, report on commits")
+    rn.add_argument("--repo", dest="repo", help="Git repository URL or path")
+    rn.add_argument("--config", type=Path, help="YAML config file (see docs/daemon.md)")
+    rn.add_argument("--path", default=None)
+    rn.add_argument("--prune", action="store_true", default=None)
+    rn.add_argument("--poll-interval", default=None)
+    rn.add_argument("--drift-interval", default=None)
+    rn.add_argument("--listen-port", type=int, default=None)
+    rn.add_argument("--log-format", choices=["text", "json"], default=None)
+    rn.add_argument("--status-sink", choices=["notes", "github", "gitlab", "gitea", "none"], default=None)
+    _runtime_flags(rn)
+    rn.set_defaults(func=cmd_run)
+
+    rd = sub.add_parser("render", help="print the Kubernetes manifests each app would get")
+    rd.add_argument("--repo", required=True)
+    rd.add_argument("--rev", default="HEAD")
+    rd.add_argument("--path", default="")
+    rd.add_argument("--app", action="append", help="only this app (repeatable)")
+    rd.add_argument("--cache-dir", type=Path)
+    rd.set_defaults(func=cmd_render)
+
     s = sub.add_parser("schema", help="print the JSON Schema of a FlinkApp spec")
     s.add_argument("--out", type=Path, help="write to this file instead of stdout")
     s.set_defaults(func=cmd_schema)
     return p
+
+
+def _runtime_flags(p: argparse.ArgumentParser, *, repo: bool = True) -> None:
+    p.add_argument("--state-dir", type=Path, default=None, help="journal, clusters, Git cache (default .state)")
+    p.add_argument("--runtime", choices=["local", "kubernetes"], default=None)
+    p.add_argument("--branch", default=None)
+    p.add_argument("--dry-run", action="store_true", default=None, help="no runtime: plan and report only")
+    p.add_argument("--max-parallel", type=int, default=None)
+
+
+def _settings(args: argparse.Namespace, **extra: object) -> Settings:
+    from reconciler.settings import load_settings
+
+    cli = {k: getattr(args, k, None) for k in ("state_dir", "runtime", "branch", "dry_run", "max_parallel",
+                                                 "prune", "poll_interval", "drift_interval", "listen_port",
+                                                 "log_format", "status_sink")}
+    if getattr(args, "path", None) is not None:
+        cli["path"] = args.path
+    if getattr(args, "repo", None):
+        repo = args.repo
+        cli["repo_url"] = str(Path(repo).resolve()) if Path(repo).exists() else repo
+    return load_settings({**cli, **extra}, getattr(args, "config", None))
 
 
 def _env_bool(name: str) -> bool:
@@ -121,6 +193,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from reconciler.source.git import GitSource
     from reconciler.source.specs import load_at
 
+    if args.live:
+        rec = _reconciler(_settings(args, repo_url=_repo_arg(args.repo), path=args.path, prune=args.prune or None),
+                          report=False)
+        rec.source.fetch()
+        return _emit_plan(rec.plan(rec.source.resolve(args.head)), args)
+
     src = GitSource(args.repo, _cache_dir(args, args.repo), branch=_branch_of(args.repo))
     src.fetch()
     head = src.resolve(args.head)
@@ -158,6 +236,164 @@ def _emit_plan(result: Plan, args: argparse.Namespace) -> int:
     if result.has_errors:
         return EXIT_ERROR
     return EXIT_CHANGES if args.detailed_exitcode and result.has_changes else EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------- apply
+
+
+def _repo_arg(repo: str | None) -> str | None:
+    if repo and Path(repo).exists():
+        return str(Path(repo).resolve())
+    return repo
+
+
+def _reconciler(settings: Settings, *, report: bool = True, progress: bool = False) -> Reconciler:
+    from reconciler.daemon.service import make_reconciler
+
+    return make_reconciler(settings, SystemClock(), on_event=_print_event if progress else None, report=report)
+
+
+def _print_event(ev: StepEvent) -> None:
+    stage = "rollback " if ev.rollback else ""
+    extra = f": {ev.message}" if ev.message else ""
+    took = f" ({ev.elapsed:.1f}s)" if ev.phase.value != "started" else ""
+    print(f"[{ev.app}] {stage}{ev.index + 1}/{ev.count} {ev.description} ... {ev.phase.value}{took}{extra}",
+          flush=True)
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    rec = _reconciler(settings, progress=True)
+    if args.allow_mass_delete:
+        rec.policy = dataclasses.replace(rec.policy, allow_mass_delete=True)
+    with rec.journal.lock_exclusive():
+        if args.plan:
+            saved = Plan.from_json(args.plan.read_text())
+            rec.source.fetch()
+            result = rec.apply(saved=saved)
+        else:
+            rec.source.fetch()
+            rev = rec.source.resolve(args.rev) if args.rev else rec.source.head()
+            result = rec.apply(rev)
+    if rec.reporter:
+        rec.reporter.close(timeout=30)
+    print()
+    sys.stdout.write(render.to_text(result.plan, color=False).split("\n", 2)[1] + "\n")
+    for name, res in sorted({**result.resumed, **result.results}.items()):
+        print(f"{name}: {res.action.value} -> {res.outcome.value}: {res.message}")
+    print()
+    _print_status(rec)
+    return EXIT_OK if result.ok else EXIT_ERROR
+
+
+# ---------------------------------------------------------------------------------------------- status
+
+
+def _status_rows(rec: Reconciler) -> list[dict[str, object]]:
+    from reconciler.live.observe import observe
+
+    records = rec.journal.records()
+    live = observe(rec.runtime, records.apps)
+    rows: list[dict[str, object]] = []
+    for name in sorted(set(records.apps) | set(live.apps)):
+        r = records.get(name)
+        la = live.get(name)
+        sp = r.latest_savepoint if r else None
+        rows.append({
+            "app": name,
+            "applied": r.last_applied_revision if r else None,
+            "attempted": r.last_attempted_revision if r else None,
+            "job_id": la.job_id,
+            "state": la.flink_state or la.cluster.value,
+            "last_savepoint": sp.path if sp else None,
+            "last_savepoint_at": sp.taken_at.isoformat() if sp else None,
+            "outcome": r.last_outcome.value if r and r.last_outcome else None,
+            "message": r.last_message if r else la.cluster_message,
+        })
+    return rows
+
+
+def _print_status(rec: Reconciler) -> None:
+    rows = _status_rows(rec)
+    table = [["APP", "APPLIED", "JOB", "STATE", "LAST SAVEPOINT", "OUTCOME"]]
+    for r in rows:
+        sp = str(r["last_savepoint"] or "-")
+        table.append([str(r["app"]), str(r["applied"] or "-")[:12], str(r["job_id"] or "-")[:12],
+                      str(r["state"]), sp if len(sp) < 60 else "..." + sp[-57:], str(r["outcome"] or "-")])
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    rec = _reconciler(_settings(args, repo_url=os.environ.get("FLINK_RECONCILER_REPO_URL") or "."), report=False)
+    if args.output == "json":
+        print(json.dumps(_status_rows(rec), indent=2))
+    else:
+        _print_status(rec)
+    return EXIT_OK
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    rec = _reconciler(_settings(args, repo_url=os.environ.get("FLINK_RECONCILER_REPO_URL") or "."), report=False)
+    transitions = rec.journal.history(args.app)
+    record = rec.journal.record(args.app)
+    savepoints = record.savepoints if record else ()
+    if not transitions and not savepoints:
+        print(f"error: no history for app {args.app!r}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.output == "json":
+        print(json.dumps({"transitions": [t.__dict__ | {"at": t.at.isoformat()} for t in transitions],
+                          "savepoints": [s.model_dump(mode="json") for s in savepoints]}, indent=2, default=str))
+        return EXIT_OK
+    print(f"transitions of {args.app}:")
+    for t in transitions:
+        outcome = t.outcome.value if t.outcome else ""
+        print(f"  {t.at:%Y-%m-%d %H:%M:%S}  {(t.revision or '-')[:12]:12}  {t.action:10} {outcome:8} {t.message}")
+    print(f"savepoints of {args.app} (newest first):")
+    for sp in sorted(savepoints, key=lambda s: s.taken_at, reverse=True):
+        print(f"  {sp.taken_at:%Y-%m-%d %H:%M:%S}  {sp.kind:10} {(sp.revision or '-')[:12]:12}  {sp.path}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------- run
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from reconciler.daemon.main import run
+    from reconciler.daemon.service import make_reconciler
+    from reconciler.logs import setup_logging
+
+    settings = _settings(args)
+    setup_logging(settings.log_format, settings.log_level)
+    return run(settings, lambda s, metrics, clock: make_reconciler(s, clock, metrics=metrics))
+
+
+# ---------------------------------------------------------------------------------------------- render
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from reconciler.core.plan import deterministic_job_id
+    from reconciler.live.k8s_render import render_app, to_yaml
+    from reconciler.source.git import GitSource
+    from reconciler.source.specs import load_at
+
+    repo = _repo_arg(args.repo) or args.repo
+    src = GitSource(repo, _cache_dir(args, repo), branch=_branch_of(repo))
+    src.fetch()
+    rev = src.resolve(args.rev)
+    loaded = load_at(src, rev, args.path)
+    for e in loaded.errors:
+        print(f"{e}", file=sys.stderr)
+    docs = []
+    for name, la in sorted(loaded.apps.items()):
+        if args.app and name not in args.app:
+            continue
+        job_id = deterministic_job_id(name, rev, 1)
+        docs.append(f"# app {name} ({la.file}) at {rev[:12]}\n" + to_yaml(
+            render_app(la.app, revision=rev, job_id=job_id, restore_path=None)))
+    sys.stdout.write("---\n".join(docs))
+    return EXIT_ERROR if loaded.errors else EXIT_OK
 
 
 # ---------------------------------------------------------------------------------------------- schema

@@ -1,0 +1,382 @@
+"""The reconcile pass: Git -> specs -> observe -> plan -> execute -> report. Used by `apply` and `run`.
+
+This is the imperative shell around the pure planner. Each outside system is reached through its own
+module (source.git, live.*, apply.journal, report.*); this module only sequences them and decides
+which commit statuses to post.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reconciler.apply.executor import AppResult, Executor, StepEvent
+from reconciler.apply.journal import Journal
+from reconciler.clock import Clock
+from reconciler.core.observed import Outcome
+from reconciler.core.plan import Action, AppPlan, Plan
+from reconciler.core.planner import PlanInput, Policy, desired_from, plan
+from reconciler.daemon.metrics import Metrics
+from reconciler.errors import ConfigError, PlanStaleError, ReconcilerError, SpecError
+from reconciler.live.artifacts import resolve_jar
+from reconciler.live.observe import observe
+from reconciler.live.ports import Runtime
+from reconciler.logs import log_context
+from reconciler.report.reporter import Reporter
+from reconciler.report.status import CommitStatus
+from reconciler.settings import Settings
+from reconciler.source.git import GitSource
+from reconciler.source.specs import spec_paths
+from reconciler.spec.load import SPEC_SUFFIXES, LoadResult, load_files
+from reconciler.spec.model import FlinkApp
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PassResult:
+    revision: str
+    plan: Plan
+    results: dict[str, AppResult] = field(default_factory=dict)
+    resumed: dict[str, AppResult] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        bad = {Outcome.FAILURE, Outcome.ERROR}
+        return not any(r.outcome in bad for r in (*self.results.values(), *self.resumed.values()))
+
+
+class Reconciler:
+    """One repository + one runtime + one journal. Thread-safe: passes run one at a time."""
+
+    def __init__(
+        self,
+        *,
+        source: GitSource,
+        runtime: Runtime | None,
+        journal: Journal,
+        clock: Clock,
+        subdir: str = "",
+        policy: Policy | None = None,
+        reporter: Reporter | None = None,
+        metrics: Metrics | None = None,
+        target_url: str | None = None,
+        max_parallel: int = 4,
+        on_event: Callable[[StepEvent], None] | None = None,
+        artifact_cache: Path | None = None,
+    ) -> None:
+        self.source = source
+        self.runtime = runtime
+        self.journal = journal
+        self.clock = clock
+        self.subdir = subdir
+        self.policy = policy or Policy()
+        self.reporter = reporter
+        self.metrics = metrics
+        self.target_url = target_url
+        self.max_parallel = max_parallel
+        self.on_event = on_event
+        self.artifact_cache = artifact_cache or journal.path.parent / "artifacts"
+        self._lock = threading.Lock()
+        self._loaded: LoadResult | None = None
+        self._loaded_rev: str | None = None
+        self._last_error: str | None = None
+        self._stopping = threading.Event()
+
+    # ------------------------------------------------------------------ ReconcileService
+
+    def sync(self, *, full: bool, reason: str) -> None:
+        """Fetch, then reconcile what changed (or everything on the drift pass)."""
+        start = self.clock.monotonic()
+        try:
+            fetched = self.source.fetch()
+        except ReconcilerError as e:
+            self._last_error = f"git fetch failed: {e}"
+            if self.metrics:
+                self.metrics.observe_git_fetch(self.clock.monotonic() - start, error=type(e).__name__)
+            raise
+        if self.metrics:
+            self.metrics.observe_git_fetch(self.clock.monotonic() - start)
+        self._last_error = None
+        head = fetched.new_sha
+        if fetched.rewritten:
+            log.warning("history rewritten on %s: reloading every spec at %s", self.source.branch, head[:12])
+            self._loaded = None
+        if not full and head == self._loaded_rev and not self.journal.all_inflight():
+            return
+        only = None if full else self._changed_apps(head)
+        with log_context(revision=head[:12]):
+            self.apply(head, only=only)
+
+    def readiness(self) -> tuple[bool, str]:
+        if self._last_error:
+            return False, self._last_error
+        if self.runtime is not None:
+            try:
+                self.runtime.list_clusters()
+            except ReconcilerError as e:
+                return False, f"runtime {self.runtime.name} unusable: {e}"
+        return True, f"ok: {self.source.url} at {(self._loaded_rev or 'not yet fetched')[:12]}"
+
+    def shutdown(self, *, deadline_s: float) -> None:
+        """Wait for the running pass (every step is journaled, so a pass cut short resumes next start)."""
+        self._stopping.set()
+        if self._lock.acquire(timeout=max(0.0, deadline_s)):
+            self._lock.release()
+        else:
+            log.warning("shutdown: a pass is still running after %.0fs; it resumes from the journal on restart",
+                        deadline_s)
+        if self.reporter:
+            self.reporter.close(timeout=min(5.0, max(0.1, deadline_s)))
+
+    # ------------------------------------------------------------------ planning
+
+    def load(self, rev: str) -> LoadResult:
+        """Specs at `rev`: incremental from the last loaded revision when there is one."""
+        if self._loaded is not None and self._loaded_rev is not None:
+            if rev == self._loaded_rev:
+                return self._loaded
+            changed = [p for p in self.source.changed_paths(self._loaded_rev, rev, self.subdir)
+                       if p.endswith(SPEC_SUFFIXES)]
+            result = self._loaded.update(spec_paths(self.source.read_paths(rev, changed)))
+        else:
+            result = load_files(spec_paths(self.source.read_tree(rev, self.subdir, SPEC_SUFFIXES)))
+        self._loaded, self._loaded_rev = result, rev
+        return result
+
+    def _changed_apps(self, head: str) -> set[str] | None:
+        old = self._loaded
+        if old is None or self._loaded_rev is None:
+            return None
+        changed = {p for p in self.source.changed_paths(self._loaded_rev, head, self.subdir)
+                   if p.endswith(SPEC_SUFFIXES)}
+        new = self.load(head)
+        names = {la.app.name for p in changed for fr in (old.by_file.get(p), new.by_file.get(p)) if fr
+                 for la in fr.apps}
+        names |= {e.app for e in new.errors if e.app and e.file in changed}
+        names |= {n for n, r in self.journal.records().apps.items() if r.source_file in changed}
+        names |= set(self.journal.all_inflight())
+        return names
+
+    def plan_input(self, rev: str, *, only: Collection[str] | None = None) -> PlanInput:
+        loaded = self.load(rev)
+        records = self.journal.records()
+        previous: dict[str, FlinkApp] = {}
+        for name, rec in records.apps.items():
+            if rec.last_applied_spec:
+                previous[name] = FlinkApp.model_validate(rec.last_applied_spec)
+        names = set(loaded.apps) | set(previous) | {e.app for e in loaded.errors if e.app}
+        if only is not None:
+            names &= set(only)
+        return PlanInput(
+            revision=rev,
+            desired=desired_from(loaded),
+            previous=previous,
+            previous_sources={n: r.source_file for n, r in records.apps.items() if r.source_file},
+            live=observe(self.runtime, names),
+            records=records,
+            now=self.clock.now(),
+            policy=self.policy,
+            mode="live",
+        )
+
+    def plan(self, rev: str, *, only: Collection[str] | None = None) -> Plan:
+        return plan(self.plan_input(rev, only=only), only=only)
+
+    # ------------------------------------------------------------------ applying
+
+    def apply(self, rev: str | None = None, *, saved: Plan | None = None,
+              only: Collection[str] | None = None) -> PassResult:
+        """Resume what a crash left, then plan `rev` (or take `saved`) and execute it."""
+        with self._lock:
+            executor = self._executor()
+            resumed = executor.resume_all()
+            for name, res in resumed.items():
+                inflight_rev = self.journal.record(name)
+                self._report_result(inflight_rev.last_attempted_revision if inflight_rev else rev, res)
+            if saved is not None:
+                the_plan = self._check_saved(saved)
+            else:
+                assert rev is not None
+                the_plan = self.plan(rev, only=only)
+            for ap in the_plan.apps:
+                if ap.source_file:
+                    self.journal.set_source_file(ap.app, ap.source_file)
+            self._report_plan(the_plan, incremental=only is not None)
+            results = executor.run(the_plan)
+            for res in results.values():
+                self._report_result(the_plan.revision, res)
+            self._after_run(the_plan, results)
+            return PassResult(the_plan.revision, the_plan, results, resumed)
+
+    def _check_saved(self, saved: Plan) -> Plan:
+        if saved.mode != "live":
+            raise ConfigError("this plan is an offline preview (computed without live state); "
+                              "run `plan --live --out FILE` to get a plan that can be applied")
+        current = self.plan_input(saved.revision)
+        if current.live.fingerprint() != saved.live_fingerprint:
+            raise PlanStaleError(
+                f"the live state changed since this plan was made (fingerprint {saved.live_fingerprint} -> "
+                f"{current.live.fingerprint()}); plan again")
+        records = self.journal.records()
+        for ap in saved.apps:
+            rec = records.get(ap.app)
+            if rec and rec.last_attempted_revision and self.journal.inflight(ap.app):
+                raise PlanStaleError(f"app {ap.app} has an unfinished execution; plan again")
+        return saved
+
+    def _after_run(self, the_plan: Plan, results: dict[str, AppResult]) -> None:
+        for name, res in results.items():
+            ap = the_plan.app(name)
+            if ap.action is Action.DELETE and res.outcome is Outcome.SUCCESS:
+                self.journal.mark_deleted(name)
+            if self.metrics and res.outcome is Outcome.SUCCESS:
+                self.metrics.set_applied_revision(name, the_plan.revision)
+            if self.metrics:
+                for step, secs in res.step_timings:
+                    self.metrics.observe_step(step, secs)
+                self.metrics.observe_reconcile(name, sum(s for _, s in res.step_timings), res.outcome)
+        if self.metrics:
+            self.metrics.set_inflight_steps(len(self.journal.all_inflight()))
+
+    def _executor(self) -> Executor:
+        if self.runtime is None:
+            return _DryExecutor(self.journal, self.clock)  # type: ignore[return-value]
+        return Executor(self.runtime, self.journal, self.clock, resolve_jar=self._resolve_jar,
+                        max_parallel=self.max_parallel, on_event=self.on_event)
+
+    def _resolve_jar(self, app: FlinkApp) -> Path | None:
+        # The jar of the desired spec comes from the revision being applied; a rollback's (previous) spec
+        # from the revision it was applied at, so a rollback never runs the new jar by accident.
+        rev = self._loaded_rev
+        loaded = self._loaded.apps.get(app.name) if self._loaded else None
+        if loaded is None or loaded.app.canonical() != app.canonical():
+            rec = self.journal.record(app.name)
+            rev = rec.last_applied_revision if rec and rec.last_applied_revision else rev
+        uri = app.spec.job.jar_uri
+        if "://" not in uri and not uri.startswith("/"):
+            assert rev is not None
+            return self.source.materialize(rev, uri, self.artifact_cache / "git")
+        return resolve_jar(uri, repo_root=None, cache_dir=self.artifact_cache / "http",
+                           sha256=app.spec.job.jar_sha256)
+
+    # ------------------------------------------------------------------ reporting
+
+    def _status(self, revision: str, app: str, state: Outcome, description: str) -> None:
+        if self.reporter is None:
+            return
+        self.reporter.report(CommitStatus(revision=revision, app=app, state=state, description=description,
+                                          target_url=self.target_url))
+
+    def _report_plan(self, the_plan: Plan, *, incremental: bool) -> None:
+        for ap in the_plan.apps:
+            if ap.action is Action.ERROR:
+                self._status(the_plan.revision, ap.app, Outcome.ERROR, ap.reason)
+            elif ap.action is Action.BLOCKED:
+                self._status(the_plan.revision, ap.app, Outcome.FAILURE, "blocked: " + ap.reason)
+            elif ap.action is Action.NOOP:
+                if incremental:
+                    self._status(the_plan.revision, ap.app, Outcome.SUCCESS, ap.reason)
+            else:
+                self._status(the_plan.revision, ap.app, Outcome.PENDING, _pending_text(ap))
+
+    def _report_result(self, revision: str | None, res: AppResult) -> None:
+        if revision is None or res.action in (Action.ERROR, Action.BLOCKED, Action.NOOP):
+            return
+        self._status(revision, res.app, res.outcome, res.message)
+
+
+def _pending_text(ap: AppPlan) -> str:
+    return f"{ap.action.value}: {ap.reason}"
+
+
+class _DryExecutor:
+    """dry_run: no runtime. Plans are computed and reported, nothing is executed."""
+
+    def __init__(self, journal: Journal, clock: Clock) -> None:
+        self.journal = journal
+        self.clock = clock
+
+    def resume_all(self) -> dict[str, AppResult]:
+        return {}
+
+    def run(self, the_plan: Plan) -> dict[str, AppResult]:
+        return {}
+
+
+# ---------------------------------------------------------------------- construction from settings
+
+
+def make_runtime(settings: Settings, clock: Clock) -> Runtime | None:
+    if settings.dry_run:
+        return None
+    if settings.runtime == "local":
+        from reconciler.live.local import LocalRuntime
+
+        return LocalRuntime(settings.state_dir, clock=clock)
+    from reconciler.live.kubernetes import KubernetesRuntime
+
+    return KubernetesRuntime.from_settings(settings, clock=clock)  # type: ignore[attr-defined, no-any-return]
+
+
+def make_reporter(settings: Settings, source: GitSource, clock: Clock) -> Reporter | None:
+    sink_name = settings.status_sink
+    if sink_name == "none":
+        return None
+    if sink_name == "notes":
+        from reconciler.report.gitnotes import GitNotesSink
+
+        return Reporter([GitNotesSink(source)], clock)
+    token = settings.forge_token
+    if not token or not settings.forge_repo:
+        raise ConfigError(f"status sink {sink_name} needs forge_token and forge_repo")
+    owner, _, repo = settings.forge_repo.partition("/")
+    if sink_name == "github":
+        from reconciler.report.github import GitHubStatusSink
+
+        return Reporter([GitHubStatusSink(owner, repo, token, clock=clock,
+                                          api_url=settings.forge_api_url or "https://api.github.com")], clock)
+    if sink_name == "gitlab":
+        from reconciler.report.gitlab import GitLabStatusSink
+
+        return Reporter([GitLabStatusSink(settings.forge_repo, token, clock=clock,
+                                          base_url=settings.forge_api_url or "https://gitlab.com")], clock)
+    from reconciler.report.gitea import GiteaStatusSink
+
+    if not settings.forge_api_url:
+        raise ConfigError("status sink gitea needs forge_api_url")
+    return Reporter([GiteaStatusSink(settings.forge_api_url, owner, repo, token, clock=clock)], clock)
+
+
+def make_source(settings: Settings) -> GitSource:
+    if not settings.repo_url:
+        raise ConfigError("no repository: --repo / FLINK_RECONCILER_REPO_URL")
+    return GitSource(settings.repo_url, settings.state_dir / "git", branch=settings.branch,
+                     token=settings.git_token, ssh_key_path=settings.git_ssh_key_path)
+
+
+def make_reconciler(settings: Settings, clock: Clock, *, metrics: Metrics | None = None,
+                    on_event: Callable[[StepEvent], None] | None = None,
+                    report: bool = True) -> Reconciler:
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    source = make_source(settings)
+    return Reconciler(
+        source=source,
+        runtime=make_runtime(settings, clock),
+        journal=Journal(settings.state_dir / "journal.sqlite", clock),
+        clock=clock,
+        subdir=settings.path,
+        policy=Policy(prune=settings.prune, mass_delete_fraction=settings.mass_delete_threshold,
+                      mass_delete_min=settings.mass_delete_min_apps),
+        reporter=make_reporter(settings, source, clock) if report else None,
+        metrics=metrics,
+        target_url=settings.status_target_url,
+        max_parallel=settings.max_parallel,
+        on_event=on_event,
+    )
+
+
+__all__ = ["PassResult", "Reconciler", "SpecError", "make_reconciler"]
