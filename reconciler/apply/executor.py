@@ -32,7 +32,7 @@ from typing import Any, Final, TypeVar
 
 from pydantic import ValidationError
 
-from reconciler.apply.journal import KEEP, InFlight, Journal, Stage, StepPhase, _Keep
+from reconciler.apply.journal import KEEP, InFlight, Journal, Keep, Stage, StepPhase
 from reconciler.apply.retry import Backoff
 from reconciler.clock import Clock
 from reconciler.core.observed import ClusterPhase, JobPhase, Outcome, job_phase
@@ -218,14 +218,12 @@ class Executor:
             return AppResult(app=app, action=action, outcome=Outcome.FAILURE, failed_step=None, message=message)
 
     def _not_executed(self, revision: str, app_plan: AppPlan) -> AppResult:
-        outcome = Outcome.ERROR if app_plan.action is Action.ERROR else Outcome.FAILURE
+        """No-op: nothing to record. Blocked / invalid: record the attempt, touch nothing live."""
+        outcome = Outcome.SUCCESS
         if app_plan.action is not Action.NOOP:
-            self.journal.record_attempt(
-                app_plan.app, revision, outcome, app_plan.reason, action=app_plan.action.value,
-                source_file=app_plan.source_file,
-            )
-        else:
-            outcome = Outcome.SUCCESS
+            outcome = Outcome.ERROR if app_plan.action is Action.ERROR else Outcome.FAILURE
+            self.journal.record_attempt(app_plan.app, revision, outcome, app_plan.reason,
+                                        action=app_plan.action.value, source_file=app_plan.source_file)
         return AppResult(app=app_plan.app, action=app_plan.action, outcome=outcome, failed_step=None,
                          message=app_plan.reason)
 
@@ -255,7 +253,7 @@ class Executor:
 
     def _succeed(self, run: _Run) -> AppResult:
         plan = run.plan
-        job_id: str | _Keep | None = KEEP
+        job_id: str | Keep | None = KEEP
         starts = [s for s in plan.steps if isinstance(s, StartJob)]
         if starts:
             job_id = starts[-1].job_id
@@ -313,7 +311,7 @@ class Executor:
         *,
         failed_step: str | None,
         message: str,
-        job_id: str | _Keep | None,
+        job_id: str | Keep | None,
         rolled_back: bool = False,
         applied_spec: dict[str, Any] | None = None,
     ) -> AppResult:

@@ -107,11 +107,11 @@ class StepPhase(StrEnum):
     DONE = "done"  # it completed; resuming continues with the next one
 
 
-class _Keep(Enum):
+class Keep(Enum):
     KEEP = "keep"
 
 
-KEEP: Final = _Keep.KEEP
+KEEP: Final = Keep.KEEP
 """Sentinel for `finish(job_id=...)`: leave the recorded job id as it is."""
 
 
@@ -494,7 +494,7 @@ class Journal:
         message: str,
         *,
         applied_spec: dict[str, Any] | None,
-        job_id: str | _Keep | None = KEEP,
+        job_id: str | Keep | None = KEEP,
     ) -> None:
         """End the execution. Flux-style: the applied revision/spec move only on success (and only
         when `applied_spec` is given); the attempted revision was recorded by `begin`.
@@ -511,7 +511,7 @@ class Journal:
                 if outcome is Outcome.SUCCESS and applied_spec is not None:
                     sets += ["last_applied_revision = ?", "last_applied_spec = ?"]
                     args += [revision, json.dumps(applied_spec, sort_keys=True)]
-                if not isinstance(job_id, _Keep):
+                if not isinstance(job_id, Keep):
                     sets.append("job_id = ?")
                     args.append(job_id)
                 c.execute(f"UPDATE apps SET {', '.join(sets)} WHERE name = ?", (*args, app))
