@@ -61,7 +61,10 @@ def utc_timestamp(created: float) -> str:
 
 
 def _extras(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and k not in CONTEXT_FIELDS}
+    """Fields passed with `extra=`; None values are left out (an unset field is no news)."""
+    return {
+        k: v for k, v in record.__dict__.items() if k not in _STANDARD and k not in CONTEXT_FIELDS and v is not None
+    }
 
 
 class JsonFormatter(logging.Formatter):

@@ -16,6 +16,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from reconciler import __version__
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.webhooks import WebhookEvent, WebhookSecrets, verify_webhook
 from reconciler.errors import ConfigError, WebhookRejectedError
@@ -90,8 +91,9 @@ class HttpServer:
 class _Handler(BaseHTTPRequestHandler):
     endpoints: Endpoints  # set on the per-server subclass
     timeout = REQUEST_TIMEOUT_S
-    server_version = "flink-reconciler"
-    sys_version = ""
+
+    def version_string(self) -> str:
+        return f"flink-reconciler/{__version__}"
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("http %s %s", self.address_string(), format % args)
