@@ -331,6 +331,11 @@ class StandinApi(kmock.KubernetesEmulator):
         except ApiError as e:
             return aiohttp.web.json_response(e.status(), status=e.code)
 
+    def _log_call(self, call: Call) -> None:
+        with self.log_lock:
+            self.call_log.append(call)
+            self.headers_log.append({})
+
     def _log(self, verb: str, group: str, resource: str, ns: str | None, request: kmock.Request) -> None:
         with self.log_lock:
             self.call_log.append(Call(verb, group, resource, ns))
@@ -505,6 +510,8 @@ class StandinApi(kmock.KubernetesEmulator):
         me = f"{manager}\0Apply"
         old = self.store.get(key)
         if old is None:
+            # The real server also authorizes an apply that creates as "create" (RBAC needs both verbs).
+            self._log_call(Call("create", group, plural, key[2]))
             obj = copy.deepcopy(data)
             if KINDS[(group, plural)][2]:
                 obj.pop("status", None)

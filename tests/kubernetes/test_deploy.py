@@ -1,0 +1,118 @@
+"""deploy/: the manifests validate, and the Role grants exactly what the runtime calls (least privilege).
+
+The RBAC check drives every runtime operation against the stand-in, records each request as RBAC sees
+it (verb, API group, resource) and compares that set with the rules in deploy/kubernetes/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from ruamel.yaml import YAML
+
+from reconciler.live.kubernetes import KubernetesRuntime, LeaseElector
+from tests.kubernetes.apps import app
+from tests.kubernetes.conftest import Cluster
+from tests.kubernetes.standin import Standin
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+Rule = tuple[str, str, str]  # (apiGroup, resource, verb)
+
+# Granted but never called by the runtime: Kubernetes lets us create the HA Role of an app only if we
+# hold every permission it grants (RBAC escalation prevention). See the comments in rbac-apps.yaml.
+ESCALATION_ONLY: set[Rule] = {
+    ("", "configmaps", "get"), ("", "configmaps", "watch"), ("", "configmaps", "update"),
+    *{("coordination.k8s.io", "leases", v) for v in ("get", "list", "watch", "create", "update", "patch", "delete")},
+}
+
+
+def _docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in YAML(typ="safe").load_all(path.read_text()) if d]
+
+
+def _rules(role: dict[str, Any]) -> set[Rule]:
+    return {(g, res, v) for rule in role["rules"] for g in rule["apiGroups"] for res in rule["resources"]
+            for v in rule["verbs"]}
+
+
+def _role(name: str) -> dict[str, Any]:
+    for path in sorted((DEPLOY / "kubernetes").glob("*.yaml")):
+        for d in _docs(path):
+            if d.get("kind") == "Role" and d["metadata"]["name"] == name:
+                return d
+    raise AssertionError(f"no Role {name} in deploy/kubernetes")
+
+
+@pytest.mark.parametrize("path", sorted((DEPLOY / "kubernetes").glob("*.yaml")), ids=lambda p: p.name)
+def test_manifests_validate(path: Path) -> None:
+    for doc in _docs(path):
+        if doc["kind"] == "Kustomization":
+            listed = {str(p) for p in doc["resources"]}
+            present = {p.name for p in (DEPLOY / "kubernetes").glob("*.yaml")} - {"kustomization.yaml",
+                                                                                     "secrets.example.yaml"}
+            assert listed == present
+            continue
+        kubernetes_validate.validate(doc, "1.30.0", strict=True)
+
+
+def test_deployment_runs_two_non_root_replicas_with_probes() -> None:
+    dep = _docs(DEPLOY / "kubernetes" / "deployment.yaml")[0]
+    assert dep["spec"]["replicas"] == 2
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    c = pod["containers"][0]
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["ports"] == [{"name": "http", "containerPort": 8080}]
+    secrets = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert secrets == {"flink-reconciler-git", "flink-reconciler-webhook"}
+    text = (DEPLOY / "Dockerfile").read_text()
+    assert "FROM python:3.11-slim" in text and "USER 10001" in text and "pip install --no-cache-dir ." in text
+
+
+def _exercise_runtime(c: Cluster) -> None:
+    """Every runtime operation the daemon uses, in the in-cluster configuration (rest_via=service)."""
+    rt = KubernetesRuntime(c.api_client, clock=c.clock, namespaces=[c.namespace], poll_interval=c.poll)
+    plain, ha = app("plain", c.namespace), app("ha", c.namespace, jobManager={"replicas": 2},
+                                                highAvailability={"enabled": True, "storageDir": "s3://b/ha"})
+    stateful = app("stateful", c.namespace, taskManager={"slots": 2, "volumeClaimTemplates": [
+        {"name": "state", "mountPath": "/state", "storage": "1Gi"}]})
+    for a in (plain, ha, stateful):
+        rt.ensure_cluster(a, deadline=c.clock.monotonic() + 60)
+    rt.apply(rt.render(plain, job_id="0" * 32))  # what start_job applies (its REST wait needs a JobManager)
+    rt.list_clusters()  # apps without a JobManager are STARTING: events are listed too
+    rt.observe("plain")
+    rt.drift(rt.render(plain, job_id="0" * 32))
+    rt.ensure_cluster(app("stateful", c.namespace), deadline=c.clock.monotonic() + 60)  # prunes the StatefulSet
+    rt.ensure_cluster(app("ha", c.namespace), deadline=c.clock.monotonic() + 60)  # prunes the HA RBAC
+    rt.ensure_cluster(app("plain", c.namespace, job={"jarURI": "local:///j.jar", "state": "suspended"}),
+                      deadline=c.clock.monotonic() + 60)
+    for name in ("plain", "ha", "stateful"):
+        rt.delete_cluster(name, deadline=c.clock.monotonic() + 60)
+
+
+def test_role_grants_exactly_what_the_runtime_calls(cluster: Cluster, standin_only: Standin) -> None:
+    standin_only.api.reset_log()
+    _exercise_runtime(cluster)
+    used = {(call.group, call.resource, call.verb) for call in standin_only.api.calls()}
+    allowed = _rules(_role("flink-reconciler"))
+    assert used - allowed == set(), "the runtime calls something the Role does not grant"
+    assert allowed - used == ESCALATION_ONLY, "the Role grants something nothing calls"
+
+
+def test_leader_role_grants_exactly_what_the_election_calls(cluster: Cluster, standin_only: Standin) -> None:
+    standin_only.api.reset_log()
+    a = LeaseElector(cluster.api_client, clock=cluster.clock, namespace=cluster.namespace, name="flink-reconciler",
+                     identity="a")
+    b = LeaseElector(cluster.api_client, clock=cluster.clock, namespace=cluster.namespace, name="flink-reconciler",
+                     identity="b")
+    a.try_acquire_or_renew()
+    b.try_acquire_or_renew()
+    a.try_acquire_or_renew()
+    a.release()
+    b.try_acquire_or_renew()
+    used = {(call.group, call.resource, call.verb) for call in standin_only.api.calls()}
+    assert used == _rules(_role("flink-reconciler-leader"))
