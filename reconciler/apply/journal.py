@@ -517,6 +517,21 @@ class Journal:
                 c.execute(f"UPDATE apps SET {', '.join(sets)} WHERE name = ?", (*args, app))
             self._transition(c, app, revision, "finish", outcome=outcome, message=message)
 
+    def mark_deleted(self, app: str) -> None:
+        """The app's cluster is gone because Git said so: nothing is applied any more, but the record
+        and its savepoint history stay, so re-adding the spec restores from the final savepoint."""
+        with self._tx() as c:
+            c.execute("UPDATE apps SET last_applied_spec = NULL, last_applied_revision = NULL, job_id = NULL "
+                      "WHERE name = ?", (app,))
+            self._transition(c, app, None, "deleted", outcome=None,
+                             message="cluster deleted; savepoint history kept for a re-create")
+
+    def record_applied(self, app: str, revision: str, spec: dict[str, Any]) -> None:
+        """A change that needs no step (metadata only) is applied by recording it."""
+        with self._tx() as c:
+            c.execute("UPDATE apps SET last_applied_revision = ?, last_applied_spec = ? WHERE name = ?",
+                      (revision, json.dumps(spec, sort_keys=True), app))
+
     # ---- savepoints -----------------------------------------------------------------------------
 
     def add_savepoint(

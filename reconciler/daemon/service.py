@@ -31,7 +31,7 @@ from reconciler.settings import Settings
 from reconciler.source.git import GitSource
 from reconciler.source.specs import spec_paths
 from reconciler.spec.load import SPEC_SUFFIXES, LoadResult, load_files
-from reconciler.spec.model import FlinkApp
+from reconciler.spec.model import ChangeClass, FlinkApp
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +229,9 @@ class Reconciler:
         return saved
 
     def _after_run(self, the_plan: Plan, results: dict[str, AppResult]) -> None:
+        for ap in the_plan.apps:
+            if ap.action is Action.NOOP and ap.diff and ap.desired and ap.change_class is ChangeClass.IGNORE:
+                self.journal.record_applied(ap.app, the_plan.revision, ap.desired)
         for name, res in results.items():
             ap = the_plan.app(name)
             if ap.action is Action.DELETE and res.outcome is Outcome.SUCCESS:
