@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.fixtures.flink"]
+"""Real-Flink fixtures are registered in tests/conftest.py."""
