@@ -302,7 +302,7 @@ def reference() -> Iterator[tuple[str, str, str, str]]:
         default = field.default
         if isinstance(default, tuple):
             default = ",".join(default)
-        shown = "" if default is None else str(default)
+        shown = "" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
         yield name, env, shown, field.description or ""
 
 
