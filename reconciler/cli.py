@@ -118,6 +118,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("schema", help="print the JSON Schema of a FlinkApp spec")
     s.add_argument("--out", type=Path, help="write to this file instead of stdout")
+    s.add_argument("--reference", action="store_true", help="the Markdown field reference instead")
     s.set_defaults(func=cmd_schema)
     return p
 
@@ -406,7 +407,9 @@ def schema_json() -> str:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    text = schema_json()
+    from reconciler.spec.reference import markdown
+
+    text = markdown() if args.reference else schema_json()
     if args.out:
         args.out.write_text(text)
     else:

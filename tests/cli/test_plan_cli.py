@@ -125,3 +125,11 @@ def test_schema_in_repo_is_in_sync(capsys: pytest.CaptureFixture[str]) -> None:
     schema = json.loads(out)
     job = schema["$defs"]["JobSpec"]["properties"]
     assert job["parallelism"]["x-change-class"] == "upgrade" and "jarURI" in job
+
+
+def test_spec_reference_in_docs_is_in_sync(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "schema", "--reference")
+    assert code == 0
+    assert out == (Path(__file__).parents[2] / "docs" / "spec.md").read_text(), \
+        "docs/spec.md is stale: run `flink-reconciler schema --reference --out docs/spec.md`"
+    assert "| `spec.taskManager.replicas` | `1` | scale |" in out
