@@ -565,7 +565,7 @@ class KubernetesRuntime:
             self.clock.sleep(min(self.poll_interval, max(0.0, deadline - self.clock.monotonic())))
 
     def flink(self, app: str) -> FlinkApi:
-        from reconciler.live.flink import FlinkRestClient  # noqa: PLC0415 - lazy: written alongside
+        from reconciler.live.flink import FlinkRestClient  # lazy: keeps this module importable alone
 
         ns = self._namespace(app)
         if ns is None:
