@@ -133,15 +133,19 @@ Step = Annotated[
 ]
 
 
+def _job(job_id: str) -> str:
+    return "the running job" if job_id.startswith("<") else f"job {job_id}"
+
+
 def describe_step(step: Step) -> str:
     """One line a reviewer can read."""
     match step:
         case EnsureCluster(spec=spec):
             return f"ensure cluster resources ({spec.value} spec)"
         case StopWithSavepoint(job_id=job_id, drain=drain):
-            return f"stop job {job_id} with a savepoint" + (" (drain)" if drain else "")
+            return f"stop {_job(job_id)} with a savepoint" + (" (drain)" if drain else "")
         case CancelJob(job_id=job_id, capture_checkpoint=cap):
-            return f"cancel job {job_id}" + (" (keep its latest checkpoint as restore point)" if cap else "")
+            return f"cancel {_job(job_id)}" + (" (keep its latest checkpoint as restore point)" if cap else "")
         case StartJob(spec=spec, job_id=job_id, restore=restore, allow_non_restored_state=anrs):
             extra = ", allowNonRestoredState" if anrs else ""
             return f"start job {job_id} ({spec.value} spec) from {restore.describe()}{extra}"

@@ -49,6 +49,7 @@ from reconciler.spec.load import LoadResult
 from reconciler.spec.model import ChangeClass, DeletionPolicy, FlinkApp, JobState, UpgradeMode
 
 CHECKPOINT_INTERVAL_KEY = "execution.checkpointing.interval"
+OFFLINE_JOB_ID = "<running job>"  # offline previews do not know the live job id
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,7 @@ def _plan_present(
 
     if not running:  # Git says it runs and it did run: the job died or the cluster went away
         if live.job_id and highest_class(changes) >= ChangeClass.UPGRADE:
-            return blocked or _upgrade(ctx, f"{highest_class(changes).label} change while the job is down")
+            return blocked or _upgrade(ctx, _changed_fields(changes, ChangeClass.UPGRADE) + " while the job is down")
         return blocked or _repair(ctx)
 
     job = live.job_id
@@ -279,7 +280,7 @@ def _plan_present(
         reason = "restartNonce changed" if (
             new_job.restart_nonce != prev_job.restart_nonce and all(
                 c.path == "/spec/job/restartNonce" for c in changes if c.change_class >= ChangeClass.UPGRADE)
-        ) else f"{level.label} change"
+        ) else _changed_fields(changes, ChangeClass.UPGRADE)
         return blocked or _upgrade(ctx, reason, action=Action.RESTART if reason.startswith("restart") else None)
     if level is ChangeClass.SCALE:
         return blocked or ctx.app_plan(
@@ -481,6 +482,22 @@ def _savepoint_redeploy(ctx: _Ctx, job: str) -> AppPlan:
                         if isinstance(first, StopWithSavepoint) else ())
 
 
+def _changed_fields(changes: tuple[FieldChange, ...], at_least: ChangeClass) -> str:
+    """'spec.job.args, spec.job.parallelism changed' (field paths, list indexes folded)."""
+    fields: list[str] = []
+    for c in changes:
+        if c.change_class < at_least:
+            continue
+        parts = [p for p in c.path.split("/")[1:] if not p.isdigit()]
+        if parts[:2] == ["spec", "flinkConfiguration"] and len(parts) > 2:
+            parts = [*parts[:2], parts[2].replace("~1", "/").replace("~0", "~")]
+        name = ".".join(parts[:4])
+        if name not in fields:
+            fields.append(name)
+    shown = ", ".join(fields[:4]) + (f" and {len(fields) - 4} more" if len(fields) > 4 else "")
+    return f"{shown} changed ({highest_class(changes).label})"
+
+
 def _s(d: timedelta) -> float:
     return max(1.0, d.total_seconds())
 
@@ -511,7 +528,7 @@ def assumed_live(previous: Mapping[str, FlinkApp], base_revision: str) -> LiveSt
         apps[name] = LiveApp(
             name=name,
             cluster=ClusterPhase.READY if running else ClusterPhase.ABSENT,
-            job_id=deterministic_job_id(name, base_revision, 1) if running else None,
+            job_id=OFFLINE_JOB_ID if running else None,
             flink_state="RUNNING" if running else None,
             job=JobPhase.RUNNING if running else JobPhase.NONE,
             deployed_spec_hash=app.spec_hash,
