@@ -95,7 +95,9 @@ class Settings(BaseSettings):
         "notes", description="Where commit statuses go: git notes, a forge's status API, or nowhere."
     )
     forge_api_url: str | None = Field(
-        None, description="Forge API base URL (defaults: api.github.com, gitlab.com/api/v4; Gitea: required)."
+        None,
+        description="GitHub: API URL (default `https://api.github.com`; GHE: `https://HOST/api/v3`). "
+        "GitLab, Gitea: the instance URL (GitLab default `https://gitlab.com`; Gitea: required).",
     )
     forge_token: SecretStr | None = Field(None, description="Forge API token for commit statuses (secret).")
     forge_repo: str | None = Field(None, description="Forge repository: `owner/name` (GitLab: project path or id).")
@@ -148,10 +150,10 @@ class Settings(BaseSettings):
 
     @property
     def forge_api_base(self) -> str | None:
-        """The forge API URL, with the public default for GitHub and GitLab."""
+        """forge_api_url with the public default for GitHub (API URL) and GitLab (instance URL)."""
         if self.forge_api_url:
             return self.forge_api_url.rstrip("/")
-        return {"github": "https://api.github.com", "gitlab": "https://gitlab.com/api/v4"}.get(self.status_sink)
+        return {"github": "https://api.github.com", "gitlab": "https://gitlab.com"}.get(self.status_sink)
 
     def redacted(self) -> dict[str, Any]:
         """Every setting, printable: secrets masked, credentials in URLs removed (for the startup log)."""

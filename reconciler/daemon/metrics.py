@@ -63,7 +63,7 @@ class Metrics:
         )
         self.git_fetch_errors = Counter(
             f"{PREFIX}_git_fetch_errors",
-            "Failed Git fetches by kind (auth, unreachable, other).",
+            "Failed Git fetches by kind (the error class, e.g. SourceAuthError, SourceUnreachableError).",
             ["kind"],
             registry=r,
         )
@@ -128,19 +128,19 @@ class Metrics:
                 self.reconcile_outcomes.remove(app, outcome.value)
 
     def observe_git_fetch(self, seconds: float, *, error: str | None = None) -> None:
-        """Record one fetch; `error` is a short kind (auth, unreachable, other) when it failed."""
+        """Record one fetch; `error` names the failure kind (the error class) when it failed."""
         self.git_fetch_duration.observe(seconds)
         if error is not None:
             self.git_fetch_errors.labels(error).inc()
 
     @contextmanager
     def time_git_fetch(self) -> Iterator[None]:
-        """Time a fetch; an exception counts as an error of kind `other` (callers may classify instead)."""
+        """Time a fetch; an exception counts as an error of its class name."""
         t0 = time.perf_counter()
         try:
             yield
-        except BaseException:
-            self.observe_git_fetch(time.perf_counter() - t0, error="other")
+        except BaseException as e:
+            self.observe_git_fetch(time.perf_counter() - t0, error=type(e).__name__)
             raise
         self.observe_git_fetch(time.perf_counter() - t0)
 

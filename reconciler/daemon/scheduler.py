@@ -181,6 +181,8 @@ class Daemon:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.runner = SyncRunner(service, metrics, self.clock)
         self._stopping = threading.Event()
+        self._stop_lock = threading.Lock()
+        self._stopped: bool | None = None  # the result of the one stop()
         self._started_at: datetime | None = None
         self._scheduler = BackgroundScheduler(
             timezone=UTC,
@@ -225,7 +227,13 @@ class Daemon:
         True when everything ended within the deadline. HTTP stays up until the end, so /healthz
         answers and /readyz says "shutting down" while the current step is parked.
         """
-        deadline = self.settings.shutdown_deadline if deadline_s is None else deadline_s
+        with self._stop_lock:
+            if self._stopped is not None:
+                return self._stopped
+            self._stopped = self._stop(self.settings.shutdown_deadline if deadline_s is None else deadline_s)
+            return self._stopped
+
+    def _stop(self, deadline: float) -> bool:
         t_end = self.clock.monotonic() + deadline
         self._stopping.set()
         clean = True

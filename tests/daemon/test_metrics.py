@@ -82,7 +82,7 @@ def test_forget_app_drops_its_series() -> None:
 def test_git_fetch_steps_journal_webhooks_syncs() -> None:
     m = Metrics()
     m.observe_git_fetch(0.03)
-    m.observe_git_fetch(5.0, error="unreachable")
+    m.observe_git_fetch(5.0, error="SourceUnreachableError")
     with m.time_git_fetch():
         pass
     with pytest.raises(OSError), m.time_git_fetch():
@@ -99,8 +99,8 @@ def test_git_fetch_steps_journal_webhooks_syncs() -> None:
     m.last_sync_success.set(1767225600)
 
     assert value(m, "flink_reconciler_git_fetch_duration_seconds_count") == 4
-    assert value(m, "flink_reconciler_git_fetch_errors_total", kind="unreachable") == 1
-    assert value(m, "flink_reconciler_git_fetch_errors_total", kind="other") == 1
+    assert value(m, "flink_reconciler_git_fetch_errors_total", kind="SourceUnreachableError") == 1
+    assert value(m, "flink_reconciler_git_fetch_errors_total", kind="OSError") == 1
     assert value(m, "flink_reconciler_step_duration_seconds_sum", step="downtime") == 9.5
     assert value(m, "flink_reconciler_journal_inflight_steps") == 2
     assert value(m, "flink_reconciler_webhook_requests_total", forge="github", result="triggered") == 2

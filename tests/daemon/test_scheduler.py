@@ -256,3 +256,18 @@ def test_stop_reports_a_failing_service_shutdown(
     d.start()
     fake_service.wait_calls(1)
     assert d.stop(deadline_s=2) is False
+
+
+def test_stop_is_idempotent(make_settings: Callable[..., Settings], fake_service: FakeService) -> None:
+    d = Daemon(fake_service, make_settings(), Metrics())
+    d.start()
+    fake_service.wait_calls(1)
+    assert d.stop(deadline_s=2) is True
+    assert d.stop(deadline_s=2) is True
+    assert len(fake_service.shutdowns) == 1
+
+
+def test_stop_without_start(make_settings: Callable[..., Settings], fake_service: FakeService) -> None:
+    d = Daemon(fake_service, make_settings(), Metrics())
+    assert d.stop(deadline_s=1) is True
+    assert fake_service.calls == []

@@ -212,7 +212,7 @@ def test_forge_api_defaults() -> None:
     )
     assert (gh.forge_api_base, gl.forge_api_base, own.forge_api_base) == (
         "https://api.github.com",
-        "https://gitlab.com/api/v4",
+        "https://gitlab.com",
         "https://ghe/api/v3",
     )
 
