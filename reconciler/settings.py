@@ -274,7 +274,7 @@ def load_settings(cli: Mapping[str, Any] | None = None, config_file: Path | str 
         problems = []
         for err in e.errors(include_input=False, include_url=False):
             loc = ".".join(str(p) for p in err["loc"]) or "settings"
-            hint = f" (--{loc.replace('_', '-')} / {ENV_PREFIX}{loc.upper()})" if loc in Settings.model_fields else ""
+            hint = f" ({ENV_PREFIX}{loc.upper()})" if loc in Settings.model_fields else ""
             problems.append(f"{loc}{hint}: {err['msg']}")
         raise ConfigError("invalid settings:\n  " + "\n  ".join(problems)) from None
     finally:

@@ -25,7 +25,7 @@ ServiceFactory = Callable[[Settings, Metrics, Clock], ReconcileService]
 def run(settings: Settings, make_service: ServiceFactory, *, clock: Clock | None = None) -> int:
     """Run the daemon until SIGTERM/SIGINT; returns the process exit code. Raises ConfigError early."""
     if not settings.repo_url:
-        raise ConfigError("`run` needs a repository: --repo-url or FLINK_RECONCILER_REPO_URL")
+        raise ConfigError("`run` needs a repository: --repo or FLINK_RECONCILER_REPO_URL")
     clock = clock if clock is not None else SystemClock()
     with DaemonLock(settings.state_dir) as lock:
         log.info("starting flink-reconciler daemon", extra={"lock": str(lock.path), "settings": settings.redacted()})

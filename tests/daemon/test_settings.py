@@ -162,7 +162,7 @@ def test_validation_errors_name_field_and_variable_but_not_the_value() -> None:
     with pytest.raises(ConfigError) as err:
         load_settings({"max_parallel": 0, "runtime": "docker", "github_webhook_secret": 12345678})
     text = str(err.value)
-    assert "max_parallel (--max-parallel / FLINK_RECONCILER_MAX_PARALLEL)" in text
+    assert "max_parallel (FLINK_RECONCILER_MAX_PARALLEL)" in text
     assert "runtime" in text
     assert "github_webhook_secret" in text
     assert "12345678" not in text
