@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from reconciler.apply.executor import AppResult, Executor, StepEvent
 from reconciler.apply.journal import Journal
@@ -202,6 +203,10 @@ class Reconciler:
             else:
                 assert rev is not None
                 the_plan = self.plan(rev, only=only)
+            if self.runtime is not None and hasattr(self.runtime, "revision"):
+                # Runtimes that stamp objects with the revision (Kubernetes) learn it here; the Runtime
+                # protocol keeps it out of every call.
+                self.runtime.revision = the_plan.revision
             for ap in the_plan.apps:
                 if ap.source_file:
                     self.journal.set_source_file(ap.app, ap.source_file)
@@ -320,9 +325,14 @@ def make_runtime(settings: Settings, clock: Clock) -> Runtime | None:
         from reconciler.live.local import LocalRuntime
 
         return LocalRuntime(settings.state_dir, clock=clock)
+    import os
+
     from reconciler.live.kubernetes import KubernetesRuntime
 
-    return KubernetesRuntime.from_settings(settings, clock=clock)  # type: ignore[attr-defined, no-any-return]
+    kw: dict[str, Any] = {"clock": clock, "namespaces": settings.namespaces, "rest_via": settings.rest_via}
+    if settings.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return KubernetesRuntime.in_cluster(**kw)
+    return KubernetesRuntime.from_kubeconfig(str(settings.kubeconfig) if settings.kubeconfig else None, **kw)
 
 
 def make_reporter(settings: Settings, source: GitSource, clock: Clock) -> Reporter | None:

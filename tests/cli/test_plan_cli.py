@@ -62,7 +62,7 @@ def test_plan_markdown_is_a_pr_comment(repo: tuple[Repo, str, str], tmp_path: Pa
     assert "> - **`legacy`: DELETES APP legacy: spec removed from Git**" in out
     assert out.count("<details>") == 3  # unchanged apps are listed, not expanded
     assert "```diff\n- /spec/job/parallelism: 1\n+ /spec/job/parallelism: 2  (upgrade)\n```" in out
-    assert "1. stop job" in out and "with a savepoint" in out
+    assert "1. stop the running job with a savepoint" in out
     assert "Unchanged: `clicks`" in out
 
 
