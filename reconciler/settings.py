@@ -115,6 +115,13 @@ class Settings(BaseSettings):
     rest_via: Literal["service", "proxy"] = Field(
         "service", description="Reach JobManagers via their Service (in cluster) or the API server proxy."
     )
+    leader_election: bool = Field(
+        False, description="kubernetes: reconcile only while holding a coordination.k8s.io Lease (replicas >= 2)."
+    )
+    lease_name: str = Field("flink-reconciler", description="Name of that Lease.")
+    lease_namespace: str | None = Field(
+        None, description="Namespace of the Lease (default: $POD_NAMESPACE, else the first managed namespace)."
+    )
 
     @field_validator("namespaces", mode="before")
     @classmethod

@@ -137,7 +137,7 @@ def _plan_app(name: str, inp: PlanInput, guard: str | None) -> AppPlan:
         where = "; ".join(str(e) for e in errors) or (
             f"{inp.previous_sources.get(name)} has errors (see above)")
         return AppPlan(app=name, action=Action.ERROR, source_file=_src(name, inp),
-                       reason=f"invalid spec, app left as it is: {where}")
+                       reason=f"{where} (invalid spec: the app is left as it is)")
     if desired is None:
         assert previous is not None
         return _plan_delete(name, previous, live, inp, guard)

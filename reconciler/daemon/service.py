@@ -28,7 +28,7 @@ from reconciler.live.ports import Runtime
 from reconciler.logs import log_context
 from reconciler.report.reporter import Reporter
 from reconciler.report.status import CommitStatus
-from reconciler.settings import Settings
+from reconciler.settings import Settings, redact_url
 from reconciler.source.git import GitSource
 from reconciler.source.specs import spec_paths
 from reconciler.spec.load import SPEC_SUFFIXES, LoadResult, load_files
@@ -68,6 +68,8 @@ class Reconciler:
         max_parallel: int = 4,
         on_event: Callable[[StepEvent], None] | None = None,
         artifact_cache: Path | None = None,
+        leader: Callable[[], bool] | None = None,
+        on_shutdown: Callable[[], None] | None = None,
     ) -> None:
         self.source = source
         self.runtime = runtime
@@ -86,11 +88,16 @@ class Reconciler:
         self._loaded_rev: str | None = None
         self._last_error: str | None = None
         self._stopping = threading.Event()
+        self.leader = leader  # None: no election, always reconcile
+        self._on_shutdown = on_shutdown
 
     # ------------------------------------------------------------------ ReconcileService
 
     def sync(self, *, full: bool, reason: str) -> None:
         """Fetch, then reconcile what changed (or everything on the drift pass)."""
+        if self.leader is not None and not self.leader():
+            log.debug("standby: another replica holds the lease; not reconciling (%s)", reason)
+            return
         start = self.clock.monotonic()
         try:
             fetched = self.source.fetch()
@@ -114,17 +121,20 @@ class Reconciler:
 
     def readiness(self) -> tuple[bool, str]:
         if self._last_error:
-            return False, self._last_error
+            return False, redact_url(self._last_error)
         if self.runtime is not None:
             try:
                 self.runtime.list_clusters()
             except ReconcilerError as e:
                 return False, f"runtime {self.runtime.name} unusable: {e}"
-        return True, f"ok: {self.source.url} at {(self._loaded_rev or 'not yet fetched')[:12]}"
+        role = "" if self.leader is None else (" (leader)" if self.leader() else " (standby)")
+        return True, f"ok{role}: {redact_url(self.source.url)} at {self._loaded_rev[:12] if self._loaded_rev else 'nothing fetched yet'}"
 
     def shutdown(self, *, deadline_s: float) -> None:
         """Wait for the running pass (every step is journaled, so a pass cut short resumes next start)."""
         self._stopping.set()
+        if self._on_shutdown:
+            self._on_shutdown()
         if self._lock.acquire(timeout=max(0.0, deadline_s)):
             self._lock.release()
         else:
@@ -207,6 +217,9 @@ class Reconciler:
                 # Runtimes that stamp objects with the revision (Kubernetes) learn it here; the Runtime
                 # protocol keeps it out of every call.
                 self.runtime.revision = the_plan.revision
+            if self.leader is not None and not self.leader():
+                log.warning("lost the lease while planning %s: nothing executed", the_plan.revision[:12])
+                return PassResult(the_plan.revision, the_plan, {}, resumed)
             for ap in the_plan.apps:
                 if ap.source_file:
                     self.journal.set_source_file(ap.app, ap.source_file)
@@ -364,6 +377,27 @@ def make_reporter(settings: Settings, source: GitSource, clock: Clock) -> Report
     return Reporter([GiteaStatusSink(settings.forge_api_url, owner, repo, token, clock=clock)], clock)
 
 
+def _leader_election(settings: Settings, runtime: Runtime | None, clock: Clock
+                     ) -> tuple[Callable[[], bool] | None, Callable[[], None] | None]:
+    """With leader_election on, a background thread keeps a Lease; only its holder reconciles."""
+    if not settings.leader_election:
+        return None, None
+    import os
+    import socket
+
+    from reconciler.live.kubernetes import KubernetesRuntime, LeaseElector
+
+    if not isinstance(runtime, KubernetesRuntime):
+        raise ConfigError("leader_election needs runtime: kubernetes")
+    namespace = settings.lease_namespace or os.environ.get("POD_NAMESPACE") or (settings.namespaces or ("default",))[0]
+    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    elector = LeaseElector(runtime.kube.api_client, clock=clock, namespace=namespace, name=settings.lease_name,
+                           identity=identity)
+    stop = threading.Event()
+    threading.Thread(target=elector.run, args=(stop,), name="lease", daemon=True).start()
+    return elector.is_leader, stop.set
+
+
 def make_source(settings: Settings) -> GitSource:
     if not settings.repo_url:
         raise ConfigError("no repository: --repo / FLINK_RECONCILER_REPO_URL")
@@ -376,9 +410,13 @@ def make_reconciler(settings: Settings, clock: Clock, *, metrics: Metrics | None
                     report: bool = True) -> Reconciler:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     source = make_source(settings)
+    runtime = make_runtime(settings, clock)
+    leader, stop_election = _leader_election(settings, runtime, clock)
     return Reconciler(
         source=source,
-        runtime=make_runtime(settings, clock),
+        runtime=runtime,
+        leader=leader,
+        on_shutdown=stop_election,
         journal=Journal(settings.state_dir / "journal.sqlite", clock),
         clock=clock,
         subdir=settings.path,

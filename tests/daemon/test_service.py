@@ -1,0 +1,53 @@
+"""The reconcile pass in dry-run mode (no runtime): real Git, real journal, real git-notes statuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reconciler.apply.journal import Journal
+from reconciler.clock import SystemClock
+from reconciler.core.plan import Action
+from reconciler.daemon.service import Reconciler
+from reconciler.report.gitnotes import GitNotesSink
+from reconciler.report.reporter import Reporter
+from reconciler.source.git import GitSource
+from tests.gitutil import Repo, git, spec
+
+
+def _reconciler(repo: Repo, state: Path, *, leader: object = None) -> Reconciler:
+    clock = SystemClock()
+    source = GitSource(str(repo.origin), state / "git")
+    return Reconciler(source=source, runtime=None, journal=Journal(state / "journal.sqlite", clock), clock=clock,
+                      subdir="apps", reporter=Reporter([GitNotesSink(source)], clock),
+                      leader=leader)  # type: ignore[arg-type]
+
+
+def test_standby_replica_never_fetches_nor_reconciles(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    repo.write("apps/a.yaml", spec("a"))
+    repo.commit("a")
+    rec = _reconciler(repo, tmp_path / "state", leader=lambda: False)
+    rec.sync(full=True, reason="test")
+    assert not (tmp_path / "state" / "git" / "repo.git").exists()
+    assert rec.readiness() == (True, f"ok (standby): {repo.origin} at nothing fetched yet")
+
+
+def test_incremental_pass_plans_only_changed_apps_and_reports_errors_on_the_commit(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    repo.write("apps/a.yaml", spec("a"))
+    repo.write("apps/b.yaml", spec("b"))
+    repo.commit("two apps")
+    rec = _reconciler(repo, tmp_path / "state")
+    rec.source.fetch()
+    first = rec.apply(rec.source.resolve("main"))
+    assert {a.app for a in first.plan.apps} == {"a", "b"}
+    repo.write("apps/b.yaml", spec("b").replace("parallelism:", "paralelism:"))
+    bad = repo.commit("typo in b")
+    rec.sync(full=False, reason="poll")
+    assert rec.reporter is not None and rec.reporter.flush(10)
+    git(repo.work, "fetch", "-q", "origin", "refs/notes/*:refs/notes/*")
+    note = git(repo.work, "notes", "--ref=flink-reconciler", "show", bad)
+    assert note.startswith("flink-reconciler/b: error - apps/b.yaml:10:5 spec.job.paralelism: unknown field"), note
+    assert "flink-reconciler/a" not in note  # a did not change: not planned, not re-reported
+    plan_b = rec.plan(bad, only={"b"}).app("b")
+    assert plan_b.action is Action.ERROR and not plan_b.steps
