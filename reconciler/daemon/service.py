@@ -128,7 +128,8 @@ class Reconciler:
             except ReconcilerError as e:
                 return False, f"runtime {self.runtime.name} unusable: {e}"
         role = "" if self.leader is None else (" (leader)" if self.leader() else " (standby)")
-        return True, f"ok{role}: {redact_url(self.source.url)} at {self._loaded_rev[:12] if self._loaded_rev else 'nothing fetched yet'}"
+        at = self._loaded_rev[:12] if self._loaded_rev else "nothing fetched yet"
+        return True, f"ok{role}: {redact_url(self.source.url)} at {at}"
 
     def shutdown(self, *, deadline_s: float) -> None:
         """Wait for the running pass (every step is journaled, so a pass cut short resumes next start)."""
