@@ -31,6 +31,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -139,7 +140,7 @@ def find_flink_home() -> Path:
     if env:
         return Path(env)
     try:
-        import pyflink  # noqa: PLC0415 - optional dependency, only the local runtime needs it
+        import pyflink  # optional dependency: only the local runtime needs it
     except ImportError as e:
         raise RuntimeProvisionError(
             "the local runtime needs Flink: pip install 'apache-flink-libraries==2.3.0' (or set FLINK_HOME)"
@@ -352,6 +353,7 @@ class LocalRuntime:
         self.poll_s = poll_s
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._clients: dict[str, FlinkRestClient] = {}
+        self._clients_lock = threading.Lock()  # the executor runs apps on threads
 
     @cached_property
     def dist(self) -> FlinkDist:
@@ -366,9 +368,10 @@ class LocalRuntime:
 
     def close(self) -> None:
         """Close REST clients. The JVMs keep running: they belong to the state dir, not this object."""
-        for c in self._clients.values():
-            c.close()
-        self._clients.clear()
+        with self._clients_lock:
+            for c in self._clients.values():
+                c.close()
+            self._clients.clear()
 
     # -- Runtime protocol ------------------------------------------------------------------------------
 
@@ -497,6 +500,7 @@ class LocalRuntime:
             else:
                 # Config changed (the executor stopped the job first) or the JobManager died.
                 self._stop_procs(rec, [*rec.taskmanagers, rec.jobmanager], deadline)
+                self._drop_client(rec.rest_url)
                 rec = None
         if rec is None:
             rec = self._start(app, want, deadline)
@@ -531,6 +535,7 @@ class LocalRuntime:
         user = app.spec.flink_configuration
         jm = self._spawn(rec, "jobmanager", 0, jm_mem, user)
         rec = rec.model_copy(update={"jobmanager": jm})
+        self._write_record(rec)  # from here on, a crash leaves a record that finds and stops these JVMs
         tms = tuple(self._spawn(rec, "taskmanager", i, tm_mem, user) for i in range(rec.replicas))
         rec = rec.model_copy(update={"taskmanagers": tms})
         self._write_record(rec)
@@ -739,14 +744,16 @@ class LocalRuntime:
 
     def _client(self, url: str, *, timeout: float = 10.0) -> FlinkRestClient:
         key = f"{url}#{timeout}"
-        client = self._clients.get(key)
-        if client is None:
-            client = self._clients[key] = FlinkRestClient(url, timeout=timeout)
-        return client
+        with self._clients_lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = self._clients[key] = FlinkRestClient(url, timeout=timeout)
+            return client
 
     def _drop_client(self, url: str) -> None:
-        for key in [k for k in self._clients if k.startswith(url + "#")]:
-            self._clients.pop(key).close()
+        with self._clients_lock:
+            for key in [k for k in self._clients if k.startswith(url + "#")]:
+                self._clients.pop(key).close()
 
     @contextlib.contextmanager
     def _lock(self, app: str, deadline: float) -> Iterator[None]:
