@@ -26,14 +26,15 @@ from reconciler.live.ports import CheckpointStats, ClusterOverview, JobSummary, 
 _SUBMIT_TIMEOUT_FLOOR = 60.0
 _JSON = "application/json"
 
-# Flink answers these while a job is still being deployed; asking again a moment later succeeds.
+# Flink answers these while a job is still being deployed, restarting or busy checkpointing; asking
+# again a moment later succeeds (messages of Flink's CheckpointFailureReason, matched case-insensitively).
 _TRANSIENT_MARKERS = (
-    "Not all required tasks are currently running",
     "not all required tasks are currently running",
-    "is not in state RUNNING",
-    "Job is not running",
-    "Pending checkpoint",
-    "has been disposed",
+    "checkpoint was declined (tasks not ready)",
+    "the maximum number of queued checkpoint requests exceeded",
+    "the minimum time between checkpoints is still pending",
+    "failoverregion is restarting",
+    "checkpoint expired before completing",
 )
 # A 5xx containing one of these fails the same way every time: the user's jar or arguments are wrong.
 _PERMANENT_MARKERS = (
@@ -117,7 +118,8 @@ def summarize_errors(errors: tuple[str, ...] | list[str]) -> str:
 
 def is_transient_text(text: str) -> bool:
     """True when Flink's error text says 'not yet' rather than 'never' (also for savepoint failures)."""
-    return any(m in text for m in _TRANSIENT_MARKERS)
+    low = text.lower()
+    return any(m in low for m in _TRANSIENT_MARKERS)
 
 
 class FlinkRestClient:
