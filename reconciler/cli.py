@@ -387,14 +387,20 @@ def cmd_render(args: argparse.Namespace) -> int:
     for e in loaded.errors:
         print(f"{e}", file=sys.stderr)
     docs = []
+    failed = False
     for name, la in sorted(loaded.apps.items()):
         if args.app and name not in args.app:
             continue
         job_id = deterministic_job_id(name, rev, 1)
-        docs.append(f"# app {name} ({la.file}) at {rev[:12]}\n" + to_yaml(
-            render_app(la.app, revision=rev, job_id=job_id, restore_path=None)))
+        try:
+            objs = render_app(la.app, revision=rev, job_id=job_id, restore_path=None)
+        except ReconcilerError as e:  # one app that cannot run on Kubernetes does not hide the others
+            print(f"error: {la.file}: {e}", file=sys.stderr)
+            failed = True
+            continue
+        docs.append(f"# app {name} ({la.file}) at {rev[:12]}\n" + to_yaml(objs))
     sys.stdout.write("---\n".join(docs))
-    return EXIT_ERROR if loaded.errors else EXIT_OK
+    return EXIT_ERROR if loaded.errors or failed else EXIT_OK
 
 
 # ---------------------------------------------------------------------------------------------- schema
