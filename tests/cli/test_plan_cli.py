@@ -133,3 +133,16 @@ def test_spec_reference_in_docs_is_in_sync(capsys: pytest.CaptureFixture[str]) -
     assert out == (Path(__file__).parents[2] / "docs" / "spec.md").read_text(), \
         "docs/spec.md is stale: run `flink-reconciler schema --reference --out docs/spec.md`"
     assert "| `spec.taskManager.replicas` | `1` | scale |" in out
+
+
+def test_render_prints_manifests_and_names_apps_that_cannot_run_on_kubernetes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    r = Repo(tmp_path)
+    r.write("apps/ok.yaml", spec("ok").replace("jarURI: jobs/counter.jar", "jarURI: local:///opt/flink/usrlib/x.jar"))
+    r.write("apps/repo-jar.yaml", spec("repo-jar"))
+    r.commit("two apps")
+    code, out, err = run(capsys, "render", "--repo", str(r.origin), "--path", "apps",
+                         "--cache-dir", str(tmp_path / "cache"))
+    assert code == 1
+    assert "error: apps/repo-jar.yaml: app repo-jar spec.job.jarURI" in err
+    assert "name: ok-jobmanager" in out and "kind: Deployment" in out and "repo-jar" not in out
