@@ -386,7 +386,10 @@ class LocalRuntime:
         return out
 
     def observe(self, app: str) -> ClusterInfo:
-        rec = self.read_record(app)
+        try:
+            rec = self.read_record(app)
+        except ObserveError as e:  # never report an unreadable record as "absent"
+            return ClusterInfo(app=app, phase=ClusterPhase.UNKNOWN, message=str(e))
         if rec is None:
             return ClusterInfo(app=app, phase=ClusterPhase.ABSENT)
         info = ClusterInfo(app=app, phase=ClusterPhase.STARTING, rest_url=rec.rest_url, spec_hash=rec.spec_hash)

@@ -99,3 +99,17 @@ def test_summaries_keep_the_deepest_cause() -> None:
 def test_transient_text() -> None:
     assert is_transient_text("CheckpointException: Not all required tasks are currently running.")
     assert not is_transient_text("java.lang.ClassNotFoundException: x.Y")
+
+
+def test_unreadable_record_is_unknown_not_absent(tmp_path: Path) -> None:
+    from reconciler.clock import FakeClock
+    from reconciler.core.observed import ClusterPhase
+    from reconciler.live.local import LocalRuntime
+
+    rt = LocalRuntime(tmp_path, clock=FakeClock())
+    assert rt.observe("a").phase is ClusterPhase.ABSENT
+    assert rt.list_clusters() == {}
+    rt.paths("a").root.mkdir(parents=True)
+    rt.paths("a").record.write_text("{not json")
+    info = rt.list_clusters()["a"]
+    assert info.phase is ClusterPhase.UNKNOWN and info.message and "cluster.json" in info.message
