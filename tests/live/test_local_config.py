@@ -13,6 +13,7 @@ from reconciler.live.local import (
     ClusterPaths,
     cluster_config_hash,
     extract_log_reason,
+    fast_start_flags,
     flink_memory,
     render_config,
     render_yaml,
@@ -113,3 +114,10 @@ def test_unreadable_record_is_unknown_not_absent(tmp_path: Path) -> None:
     rt.paths("a").record.write_text("{not json")
     info = rt.list_clusters()["a"]
     assert info.phase is ClusterPhase.UNKNOWN and info.message and "cluster.json" in info.message
+
+
+def test_users_collector_replaces_ours() -> None:
+    assert "-XX:+UseSerialGC" in fast_start_flags([])
+    assert "-XX:+UseSerialGC" in fast_start_flags(["-Dfoo=bar"])
+    flags = fast_start_flags(["-XX:+UseG1GC"])
+    assert "-XX:+UseSerialGC" not in flags and "-XX:TieredStopAtLevel=1" in flags
