@@ -234,7 +234,6 @@ def render_config(app: FlinkApp, paths: ClusterPaths, *, rest_port: int, rpc_por
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
         "cluster.registration.error-delay": "500 ms",
         "web.refresh-interval": "1 s",
-        "parallelism.default": str(s.job.parallelism),
     }
     conf.update({k: v for k, v in s.flink_configuration.items() if k not in _MANAGED_KEYS})
     tmp = str(paths.tmp.resolve())
