@@ -157,3 +157,8 @@ class RenderError(SpecError):
 
     def __init__(self, message: str, *, app: str, field: str | None = None, file: str | None = None) -> None:
         super().__init__(message, file=file or f"app {app}", field=field, app=app)
+
+
+class TriggerNotFoundError(PermanentStepError):
+    """The JobManager does not know a savepoint trigger id: it never got the request (a crash or a lost
+    request right after the id was journaled), or it restarted and forgot the operation."""

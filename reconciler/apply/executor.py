@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -62,6 +63,7 @@ from reconciler.errors import (
     ReconcilerError,
     StepError,
     TransientStepError,
+    TriggerNotFoundError,
 )
 from reconciler.live.flink import is_transient_text
 from reconciler.live.ports import FlinkApi, Runtime
@@ -429,19 +431,27 @@ class Executor:
         if trigger is not None and inf.captured_path and self._recorded(run.app, inf.captured_path, step.job_id):
             return {}  # completed and recorded before a crash; Flink may have forgotten the trigger by now
         if trigger is None:
-            # Trigger only a job that has not ended: a stop whose trigger id was lost (crash or lost
-            # response between the REST call and the journal write) may have ended it already.
+            # Trigger only a job that has not ended: a job that ended under us has no savepoint to give.
             state = self._job_state(flink, step.job_id)
             if state is None or state in TERMINAL_STATES:
-                raise PermanentStepError(
-                    f"job {step.job_id} is {state or 'gone'}: no savepoint can be taken"
-                    + (" (if a stop-with-savepoint was sent before a crash, its savepoint exists but its "
-                       "location is unknown)" if state == "FINISHED" else "")
-                )
-            trigger = flink.stop_with_savepoint(step.job_id, drain=step.drain)
+                raise PermanentStepError(f"job {step.job_id} is {state or 'gone'}: no savepoint can be taken")
+            # Our own trigger id is journaled BEFORE the request: whatever happens next (crash, lost
+            # response, timeout), a resume polls this id or re-sends it, and Flink deduplicates it.
+            trigger = uuid.uuid4().hex
             self.journal.set_scratch(run.app, trigger_id=trigger)
+            flink.stop_with_savepoint(step.job_id, drain=step.drain, trigger_id=trigger)
         while True:
-            status = flink.savepoint_status(step.job_id, trigger)
+            try:
+                status = flink.savepoint_status(step.job_id, trigger)
+            except TriggerNotFoundError:
+                # Journaled, but Flink never got the request (or a restarted JobManager forgot it).
+                state = self._job_state(flink, step.job_id)
+                if state is None or state in TERMINAL_STATES:
+                    raise PermanentStepError(
+                        f"job {step.job_id} is {state or 'gone'} and Flink does not know savepoint {trigger}: "
+                        "its state is not in a known savepoint") from None
+                flink.stop_with_savepoint(step.job_id, drain=step.drain, trigger_id=trigger)
+                continue
             if status.done:
                 if status.failure:
                     # "Not all required tasks are currently running" (too early after a start) comes

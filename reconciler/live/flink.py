@@ -19,7 +19,13 @@ from typing import Any
 
 import httpx
 
-from reconciler.errors import JobNotFoundError, PermanentStepError, StepError, TransientStepError
+from reconciler.errors import (
+    JobNotFoundError,
+    PermanentStepError,
+    StepError,
+    TransientStepError,
+    TriggerNotFoundError,
+)
 from reconciler.live.ports import CheckpointStats, ClusterOverview, JobSummary, SavepointStatus
 
 # Submits run the job's main() inside the JobManager: give them more time than a status read.
@@ -89,6 +95,10 @@ class FlinkUnavailableError(FlinkTransientError):
 
 class FlinkPermanentError(FlinkRestError, PermanentStepError):
     """Retrying will not help: a bad savepoint path, a bad entry class, a rejected request."""
+
+
+class FlinkTriggerNotFoundError(FlinkPermanentError, TriggerNotFoundError):
+    """GET /jobs/{id}/savepoints/{trigger} answered 404."""
 
 
 def summarize_stack(text: str) -> str:
@@ -211,17 +221,18 @@ class FlinkRestClient:
 
     # -- savepoints and checkpoints -----------------------------------------------------------------
 
-    def trigger_savepoint(self, job_id: str, *, cancel_job: bool = False) -> str:
-        body = self._json(
-            "POST", f"/jobs/{job_id}/savepoints", job_id=job_id,
-            payload={"cancel-job": cancel_job, "formatType": "CANONICAL"},
-        )
+    def trigger_savepoint(self, job_id: str, *, cancel_job: bool = False, trigger_id: str | None = None) -> str:
+        payload: dict[str, Any] = {"cancel-job": cancel_job, "formatType": "CANONICAL"}
+        if trigger_id:
+            payload["triggerId"] = trigger_id
+        body = self._json("POST", f"/jobs/{job_id}/savepoints", job_id=job_id, payload=payload)
         return _request_id(body, self, f"/jobs/{job_id}/savepoints")
 
-    def stop_with_savepoint(self, job_id: str, *, drain: bool = False) -> str:
-        body = self._json(
-            "POST", f"/jobs/{job_id}/stop", job_id=job_id, payload={"drain": drain, "formatType": "CANONICAL"}
-        )
+    def stop_with_savepoint(self, job_id: str, *, drain: bool = False, trigger_id: str | None = None) -> str:
+        payload: dict[str, Any] = {"drain": drain, "formatType": "CANONICAL"}
+        if trigger_id:
+            payload["triggerId"] = trigger_id
+        body = self._json("POST", f"/jobs/{job_id}/stop", job_id=job_id, payload=payload)
         return _request_id(body, self, f"/jobs/{job_id}/stop")
 
     def savepoint_status(self, job_id: str, trigger_id: str) -> SavepointStatus:
@@ -429,6 +440,9 @@ def _error_for(resp: httpx.Response, *, method: str, url: str, job_id: str | Non
         return JobNotFoundError(
             f"Flink does not know job {job_id} ({method} {url} -> 404): {summarize_errors(errors)}"
         )
+    if status == 404 and "/savepoints/" in url:
+        return FlinkTriggerNotFoundError("Flink does not know this savepoint trigger", method=method, url=url,
+                                         status=status, errors=errors)
     if is_transient_text(text):
         return FlinkTransientError("Flink is not ready for this yet", method=method, url=url, status=status,
                                    errors=errors)

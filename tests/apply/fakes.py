@@ -32,6 +32,7 @@ from reconciler.errors import (
     ObserveError,
     PermanentStepError,
     RuntimeProvisionError,
+    TriggerNotFoundError,
 )
 from reconciler.live.ports import CheckpointStats, ClusterInfo, ClusterOverview, JobSummary, SavepointStatus
 from reconciler.spec.model import FlinkApp
@@ -195,16 +196,18 @@ class FakeFlink:
             return self._summary(self._job(job_id))
         return self.rt.call("job", go)
 
-    def trigger_savepoint(self, job_id: str, *, cancel_job: bool = False) -> str:
-        return self.rt.call("trigger_savepoint", lambda: self._trigger(job_id, stop=cancel_job))
+    def trigger_savepoint(self, job_id: str, *, cancel_job: bool = False, trigger_id: str | None = None) -> str:
+        return self.rt.call("trigger_savepoint", lambda: self._trigger(job_id, stop=cancel_job, trigger_id=trigger_id))
 
-    def stop_with_savepoint(self, job_id: str, *, drain: bool = False) -> str:
-        return self.rt.call("stop_with_savepoint", lambda: self._trigger(job_id, stop=True))
+    def stop_with_savepoint(self, job_id: str, *, drain: bool = False, trigger_id: str | None = None) -> str:
+        return self.rt.call("stop_with_savepoint", lambda: self._trigger(job_id, stop=True, trigger_id=trigger_id))
 
-    def _trigger(self, job_id: str, *, stop: bool) -> str:
+    def _trigger(self, job_id: str, *, stop: bool, trigger_id: str | None = None) -> str:
         self._tick()
         now = self.rt.clock.monotonic()
-        trigger = f"trigger-{next(self.rt.ids)}"
+        if trigger_id is not None and trigger_id in self.ops:
+            return trigger_id  # Flink deduplicates a caller-chosen trigger id (FLINK-24208)
+        trigger = trigger_id or f"trigger-{next(self.rt.ids)}"
         self.rt.stop_triggers.append((job_id, trigger))
         op = SavepointOp(job_id=job_id, stop=stop, done_at=now + self.rt.savepoint_s)
         job = self.jobs_by_id.get(job_id)
@@ -220,7 +223,7 @@ class FakeFlink:
             self._tick()
             op = self.ops.get(trigger_id)
             if op is None or op.job_id != job_id:
-                raise PermanentStepError(f"There is no savepoint operation with triggerId={trigger_id} (404)")
+                raise TriggerNotFoundError(f"There is no savepoint operation with triggerId={trigger_id} (404)")
             if not op.resolved:
                 return SavepointStatus(done=False)
             return SavepointStatus(done=True, location=op.location, failure=op.failure)

@@ -607,19 +607,24 @@ def test_the_job_id_is_journaled_before_the_submit(world: World) -> None:
     assert world.rt.counts["start_job"] == 1 and world.rt.submits == [NEW]
 
 
-def test_crash_losing_the_trigger_id_fails_safe_without_a_second_stop(world: World) -> None:
-    """The one window the current FlinkApi cannot close: Flink accepted the stop, the process died
-    before journaling its trigger id. The executor must not guess a restore point."""
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_crash_around_the_stop_request_resumes_by_the_journaled_trigger_id(world: World, when: str) -> None:
+    """The trigger id is ours and journaled before the request. Crash before Flink got it: the resume
+    finds Flink does not know it and re-sends the same id. Crash after: the resume polls it. Either way
+    exactly one savepoint, and the upgrade finishes from it."""
     old, new = make_app(), make_app(parallelism=2)
     world.rt.seed_job(old, OLD)
-    world.rt.faults = [Fault("stop_with_savepoint", Crash(), when="after")]
+    world.rt.faults = [Fault("stop_with_savepoint", Crash(), when=when)]  # type: ignore[arg-type]
     with pytest.raises(Crash):
         world.ex.run_app(REV, upgrade(old, new))
-    world.clock.advance(5)  # the stop completed meanwhile
+    inf = world.journal.inflight("orders")
+    assert inf is not None and inf.trigger_id is not None and len(inf.trigger_id) == 32
+    assert len(world.rt.stop_triggers) == (0 if when == "before" else 1)
+    world.clock.advance(5)
     result = world.ex.resume("orders")
-    assert result is not None and result.outcome is Outcome.FAILURE and not result.rolled_back
-    assert "FINISHED" in result.message and "location is unknown" in result.message
-    assert len(world.rt.stop_triggers) == 1 and world.rt.submits == []
+    assert result is not None and result.outcome is Outcome.SUCCESS, result
+    assert [t for _, t in world.rt.stop_triggers] == [inf.trigger_id]
+    assert len(world.rt.savepoints_taken) == 1 and world.rt.submits == [NEW]
 
 
 def test_resume_with_nothing_in_flight(world: World) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.core.observed import JobPhase, job_phase
-from reconciler.errors import JobNotFoundError, PermanentStepError, TransientStepError
+from reconciler.errors import JobNotFoundError, PermanentStepError, TransientStepError, TriggerNotFoundError
 from reconciler.live.flink import (
     FlinkPermanentError,
     FlinkRestClient,
@@ -246,9 +246,27 @@ def test_unknown_job_raises_job_not_found(cluster: Cluster) -> None:
 def test_unknown_savepoint_trigger_is_permanent(cluster: Cluster) -> None:
     jid = cluster.job_id("trig")
     cluster.run(jid, "out-trig")
-    with pytest.raises(FlinkPermanentError, match="no savepoint operation"):
+    with pytest.raises(TriggerNotFoundError, match="no savepoint operation"):
         cluster.client.savepoint_status(jid, "0123456789abcdef0123456789abcdef")
     cluster.client.cancel(jid)
+
+
+def test_our_trigger_id_makes_a_resent_stop_harmless(cluster: Cluster) -> None:
+    """What crash-resume relies on: the same triggerId sent twice is one operation and one savepoint."""
+    jid = cluster.job_id("dedupe")
+    cluster.run(jid, "out-dedupe")
+    cluster.await_running(jid)
+    cluster.await_checkpoint(jid)
+    trigger = hashlib.sha256(b"dedupe").hexdigest()[:32]
+    before = set(cluster.savepoints.glob("savepoint-*")) if cluster.savepoints.exists() else set()
+    assert cluster.client.stop_with_savepoint(jid, trigger_id=trigger) == trigger
+    first = cluster.await_savepoint(jid, trigger)
+    assert first.location and not first.failure
+    assert cluster.client.stop_with_savepoint(jid, trigger_id=trigger) == trigger  # resent after completion
+    again = cluster.await_savepoint(jid, trigger)
+    assert again.location == first.location
+    assert len(set(cluster.savepoints.glob("savepoint-*")) - before) == 1
+    cluster.await_state(jid, "FINISHED")
 
 
 def test_connection_refused_is_transient() -> None:
