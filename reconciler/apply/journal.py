@@ -96,6 +96,18 @@ SCRATCH_KEYS: Final = frozenset(
 )
 
 
+# Records an attempt (revision, spec hash, outcome, counter) and keeps what it does not mention.
+_UPSERT_ATTEMPT = (
+    "INSERT INTO apps (name, source_file, last_attempted_revision, last_attempted_spec_hash, "
+    "last_outcome, last_message, attempts) VALUES (?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET source_file = coalesce(excluded.source_file, source_file), "
+    "last_attempted_revision = excluded.last_attempted_revision, "
+    "last_attempted_spec_hash = excluded.last_attempted_spec_hash, "
+    "last_outcome = excluded.last_outcome, last_message = excluded.last_message, "
+    "attempts = excluded.attempts"
+)
+
+
 class Stage(StrEnum):
     FORWARD = "forward"  # the plan's steps
     ROLLBACK = "rollback"  # the plan's rollback steps, after a failure past rollback_after
@@ -343,16 +355,8 @@ class Journal:
                 return
             keep_hash = row is not None and row["last_outcome"] == Outcome.FAILURE.value
             shash = row["last_attempted_spec_hash"] if row is not None and keep_hash else None
-            c.execute(
-                "INSERT INTO apps (name, source_file, last_attempted_revision, last_attempted_spec_hash, "
-                "last_outcome, last_message, attempts) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET source_file = coalesce(excluded.source_file, source_file), "
-                "last_attempted_revision = excluded.last_attempted_revision, "
-                "last_attempted_spec_hash = excluded.last_attempted_spec_hash, "
-                "last_outcome = excluded.last_outcome, last_message = excluded.last_message, "
-                "attempts = excluded.attempts",
-                (app, source_file, revision, shash, outcome.value, message, self._next_attempt(row, revision)),
-            )
+            c.execute(_UPSERT_ATTEMPT,
+                      (app, source_file, revision, shash, outcome.value, message, self._next_attempt(row, revision)))
             self._transition(c, app, revision, action, outcome=outcome, message=message)
 
     @staticmethod
@@ -382,16 +386,8 @@ class Journal:
             row = c.one("SELECT * FROM apps WHERE name = ?", (app,))
             attempts = self._next_attempt(row, revision)
             shash = spec_hash(app_plan.desired) if app_plan.desired is not None else None
-            c.execute(
-                "INSERT INTO apps (name, source_file, last_attempted_revision, last_attempted_spec_hash, "
-                "last_outcome, last_message, attempts) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET source_file = coalesce(excluded.source_file, source_file), "
-                "last_attempted_revision = excluded.last_attempted_revision, "
-                "last_attempted_spec_hash = excluded.last_attempted_spec_hash, "
-                "last_outcome = excluded.last_outcome, last_message = excluded.last_message, "
-                "attempts = excluded.attempts",
-                (app, app_plan.source_file, revision, shash, Outcome.PENDING.value, app_plan.reason, attempts),
-            )
+            c.execute(_UPSERT_ATTEMPT,
+                      (app, app_plan.source_file, revision, shash, Outcome.PENDING.value, app_plan.reason, attempts))
             c.execute(
                 "INSERT INTO inflight (app, revision, plan, stage, step_index, phase, started_at, updated_at) "
                 "VALUES (?, ?, ?, ?, 0, ?, ?, ?)",
