@@ -555,7 +555,7 @@ class Executor:
             job = flink.job(job_id)
         except JobNotFoundError as e:
             raise PermanentStepError(f"job {job_id} does not exist{_suffix(self._root_cause(flink, job_id))}") from e
-        phase = job_phase(job.state, job.tasks_running, job.tasks_total)
+        phase = job_phase(job.state, job.tasks_running, job.tasks_total, job.tasks_finished)
         if phase is JobPhase.RUNNING:
             return None
         if phase is JobPhase.FAILING:

@@ -53,11 +53,15 @@ FLINK_STATE_TO_PHASE: dict[str, JobPhase] = {
 }
 
 
-def job_phase(flink_state: str | None, tasks_running: int = 0, tasks_total: int = 0) -> JobPhase:
+def job_phase(flink_state: str | None, tasks_running: int = 0, tasks_total: int = 0,
+              tasks_finished: int = 0) -> JobPhase:
+    """RUNNING means every task runs, or has finished (a source subtask with nothing to read ends
+    early; since FLIP-147 such a job still checkpoints and takes savepoints)."""
     if flink_state is None:
         return JobPhase.NONE
     phase = FLINK_STATE_TO_PHASE.get(flink_state.upper(), JobPhase.UNKNOWN)
-    if flink_state.upper() == "RUNNING" and tasks_total > 0 and tasks_running == tasks_total:
+    if (flink_state.upper() == "RUNNING" and tasks_total > 0 and tasks_running > 0
+            and tasks_running + tasks_finished == tasks_total):
         return JobPhase.RUNNING
     return phase
 

@@ -188,10 +188,11 @@ class FlinkRestClient:
                 return j
         # Not in the overview: let the JobManager answer for this id (404 -> JobNotFoundError).
         body = self._json("GET", f"/jobs/{job_id}", job_id=job_id)
-        running = total = 0
+        running = total = finished = 0
         for v in body.get("vertices", []):
             total += int(v.get("parallelism", 0))
             running += int((v.get("tasks") or {}).get("RUNNING", 0))
+            finished += int((v.get("tasks") or {}).get("FINISHED", 0))
         return JobSummary(
             job_id=str(body.get("jid", job_id)),
             name=str(body.get("name", "")),
@@ -199,6 +200,7 @@ class FlinkRestClient:
             tasks_running=running,
             tasks_total=total,
             start_time_ms=int(body.get("start-time", 0)),
+            tasks_finished=finished,
         )
 
     def exceptions(self, job_id: str) -> list[str]:
@@ -407,6 +409,7 @@ def _job_summary(j: Mapping[str, Any]) -> JobSummary:
         tasks_running=int(tasks.get("running", 0)),
         tasks_total=int(tasks.get("total", 0)),
         start_time_ms=int(j.get("start-time", 0)),
+        tasks_finished=int(tasks.get("finished", 0)),
     )
 
 

@@ -40,7 +40,7 @@ def observe_app(runtime: Runtime, info: ClusterInfo) -> LiveApp:
     ckpt = None
     if stats.latest_completed_path and stats.latest_completed_at:
         ckpt = Checkpoint(path=stats.latest_completed_path, completed_at=stats.latest_completed_at)
-    phase = job_phase(job.state, job.tasks_running, job.tasks_total)
+    phase = job_phase(job.state, job.tasks_running, job.tasks_total, job.tasks_finished)
     if job.state.upper() in ("CANCELED", "FINISHED", "SUSPENDED"):
         phase = JobPhase.STOPPED
     return base.model_copy(update={"job_id": job.job_id, "flink_state": job.state, "job": phase,

@@ -31,6 +31,7 @@ class JobSummary:
     tasks_running: int
     tasks_total: int
     start_time_ms: int
+    tasks_finished: int = 0  # e.g. a source subtask without splits; it counts as done, not as missing
 
 
 @dataclass(frozen=True)

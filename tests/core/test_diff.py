@@ -56,3 +56,23 @@ def test_removed_field_reports_the_old_value() -> None:
     new = app(flinkConfiguration={"a": "1"}).canonical()
     (change,) = diff(old, new)
     assert (change.op, change.path, change.old, change.new) == ("remove", "/spec/flinkConfiguration/b", "2", None)
+
+
+@pytest.mark.parametrize(
+    ("state", "running", "total", "finished", "phase"),
+    [
+        ("RUNNING", 4, 4, 0, "running"),
+        ("RUNNING", 3, 4, 1, "running"),  # a source subtask without splits finished: seen on Flink 2.3
+        ("RUNNING", 3, 4, 0, "starting"),  # RUNNING before every task runs
+        ("RUNNING", 0, 4, 4, "starting"),
+        ("RESTARTING", 0, 4, 0, "starting"),
+        ("FAILED", 0, 4, 0, "failing"),
+        ("CANCELED", 0, 4, 0, "stopped"),
+        (None, 0, 0, 0, "none"),
+        ("WEIRD", 0, 0, 0, "unknown"),
+    ],
+)
+def test_job_phase(state: str | None, running: int, total: int, finished: int, phase: str) -> None:
+    from reconciler.core.observed import job_phase
+
+    assert job_phase(state, running, total, finished).value == phase
