@@ -1,0 +1,1 @@
+"""End-to-end tests: Git repo -> `flink-reconciler apply` -> real Flink JVMs on this host."""
