@@ -16,6 +16,12 @@ PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q -e '.[dev,local]' 2>&1 | grep -v '^WARNING: Location' || true
+log="$(mktemp)"
+.venv/bin/python -m pip install -q --upgrade pip >"$log" 2>&1 || true
+if ! .venv/bin/python -m pip install -q -e '.[dev,local]' >>"$log" 2>&1; then
+  cat "$log" >&2
+  echo "setup: pip install failed" >&2
+  exit 1
+fi
+rm -f "$log"
 .venv/bin/python -c 'import reconciler, pyflink' || { echo "setup: install failed" >&2; exit 1; }
