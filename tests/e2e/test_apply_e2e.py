@@ -192,10 +192,12 @@ class E2E:
         return [j.job_id for j in self.jobs() if j.state == "RUNNING"]
 
     def only_running_job(self) -> str:
-        """The single job in state RUNNING with all its tasks running; fails on zero or several."""
+        """The single job in state RUNNING with all its tasks running (or finished, like an idle source
+        subtask); fails on zero or several."""
         def probe() -> str | None:
             live = [j for j in self.jobs() if j.state not in ("FINISHED", "CANCELED", "FAILED")]
-            if len(live) == 1 and live[0].state == "RUNNING" and live[0].tasks_running == live[0].tasks_total > 0:
+            if len(live) == 1 and live[0].state == "RUNNING" and live[0].tasks_running > 0 and (
+                    live[0].tasks_running + live[0].tasks_finished == live[0].tasks_total):
                 return live[0].job_id
             return None
 
@@ -287,20 +289,36 @@ def start_step(app_plan: dict[str, Any]) -> dict[str, Any]:
     return step
 
 
+def finished_source_subtasks(e2e: E2E, job_id: str) -> int | None:
+    """FINISHED subtasks of a RUNNING job (from /jobs/overview), None when it is not RUNNING."""
+    for j in e2e.jobs():
+        if j.job_id == job_id and j.state == "RUNNING":
+            return j.tasks_finished
+    return None
+
+
 # ------------------------------------------------------------------------------------------------
 # 1. savepoint upgrade keeps state
 
 
-def test_savepoint_upgrade_continues_every_count(e2e: E2E) -> None:
+@pytest.mark.parametrize("change", ["parallelism 1 -> 2", "a job argument"])
+def test_savepoint_upgrade_continues_every_count(e2e: E2E, change: str) -> None:
+    """The issue's two examples of a change that needs a restart, in this order: the second upgrades
+    the job the first scaled up (see `finished_source_subtasks`)."""
     old_job = e2e.only_running_job()
     e2e.counts_at_least(100)
-    old_rate = e2e.rate
-    rev = e2e.commit("a job argument: --rate + 1", rate=e2e.next_rate())
+    if change.startswith("parallelism"):
+        assert e2e.parallelism == 1
+        rev = e2e.commit(change, parallelism=2)
+        expected_diff: list[tuple[str, object, object]] = [("/spec/job/parallelism", 1, 2)]
+    else:
+        old_rate = e2e.rate
+        rev = e2e.commit(change + ": --rate + 1", rate=e2e.next_rate())
+        expected_diff = [("/spec/job/args/5", str(old_rate), str(e2e.rate))]
 
     plan = e2e.plan_live()
     assert plan["action"] == "upgrade", plan["reason"]
-    assert [(c["path"], c["old"], c["new"]) for c in plan["diff"]] == [
-        ("/spec/job/args/5", str(old_rate), str(e2e.rate))]
+    assert [(c["path"], c["old"], c["new"]) for c in plan["diff"]] == expected_diff
     assert step_types(plan) == ["StopWithSavepoint", "EnsureCluster", "StartJob", "AwaitRunning", "AwaitHealthy"]
     assert plan["steps"][0]["job_id"] == old_job
     start = start_step(plan)
@@ -325,6 +343,12 @@ def test_savepoint_upgrade_continues_every_count(e2e: E2E) -> None:
     assert (restored, is_savepoint) == (st["last_savepoint"], True)
     assert [s["path"] for s in e2e.savepoints(rev)] == [st["last_savepoint"]]
     assert Path(st["last_savepoint"].removeprefix("file:")).is_dir()
+    if change.startswith("parallelism"):
+        # The source made one split at parallelism 1: restored at 2, one of its readers has nothing to
+        # read and FINISHES, and the job runs on (a RUNNING job, which the next upgrade must treat so).
+        wait_until(lambda: finished_source_subtasks(e2e, new_job) == 1, timeout=30,
+                   what="the idle source subtask to finish")
+        assert e2e.only_running_job() == new_job
 
 
 # ------------------------------------------------------------------------------------------------
@@ -617,63 +641,3 @@ def test_bad_entry_class_is_rolled_back_from_the_fresh_savepoint(e2e: E2E) -> No
     assert [t["action"] for t in mine if t["action"] in ("upgrade", "savepoint", "rollback", "finish")] == [
         "upgrade", "savepoint", "rollback", "finish"], mine
     assert mine[-1]["outcome"] == "failure" and "rolled back" in mine[-1]["message"]
-
-
-# ------------------------------------------------------------------------------------------------
-# 6. scale up 1 -> 2 (the issue's own example), then upgrade again
-
-
-SCALE_UP_BUG = (
-    "bug: a job RUNNING with a FINISHED subtask never counts as running/healthy. The counter job's "
-    "DataGeneratorSource made 1 split at parallelism 1; restored at parallelism 2 one source reader gets no "
-    "split and FINISHES (tasks: 3 running, 1 finished, 4 total) while the job runs and checkpoints on. "
-    "core/observed.py job_phase wants running == total (JobSummary has no finished count), so AwaitHealthy "
-    "times out and rolls the scale-up back when that subtask finishes before the first checkpoint (a race), "
-    "and otherwise the next plan sees the job as STARTING and blocks the next savepoint upgrade"
-)
-
-
-def finished_subtasks(e2e: E2E, job_id: str) -> int | None:
-    """Tasks of the job in state FINISHED while the job is RUNNING (from /jobs/overview; None: not running)."""
-    rec = e2e.rt.read_record(APP)
-    assert rec is not None
-    for j in httpx.get(f"{rec.rest_url}/jobs/overview", timeout=10).json()["jobs"]:
-        if j["jid"] == job_id and j["state"] == "RUNNING":
-            return int(j["tasks"]["finished"])
-    return None
-
-
-@pytest.mark.xfail(reason=SCALE_UP_BUG, strict=True, raises=AssertionError)
-def test_scale_up_then_upgrade_again(e2e: E2E) -> None:
-    """Parallelism 1 -> 2 by a savepoint upgrade succeeds with every count continued, and the scaled
-    job (one idle source subtask FINISHED) can be upgraded again with a savepoint.
-
-    Last in the module: while the bug stands, this leaves the app rolled back or with a blocked plan."""
-    e2e.commit("a good entry class again", entry_class=COUNTER_MAIN, rate=e2e.next_rate())
-    code, out = e2e.apply()
-    assert code == 0, out
-    assert e2e.parallelism == 1
-    e2e.only_running_job()
-
-    rev = e2e.commit("parallelism 1 -> 2", parallelism=2)
-    plan = e2e.plan_live()
-    assert [(c["path"], c["old"], c["new"]) for c in plan["diff"]] == [("/spec/job/parallelism", 1, 2)]
-    assert step_types(plan) == ["StopWithSavepoint", "EnsureCluster", "StartJob", "AwaitRunning", "AwaitHealthy"]
-    new_job = start_step(plan)["job_id"]
-    before = e2e.counts()
-    code, out = e2e.apply()
-    assert code == 0, f"the scale-up was not applied:\n{out}"
-    st = e2e.status()
-    assert (st["applied"], st["job_id"], st["outcome"]) == (rev, new_job, "success"), st
-    e2e.assert_counts_continue(before)
-
-    # The source had one split: one of its two readers finishes; the job runs on and checkpoints.
-    wait_until(lambda: finished_subtasks(e2e, new_job) == 1, timeout=30, what="the idle source subtask to finish")
-    before = e2e.counts()
-    e2e.commit("a job argument after the scale-up", rate=e2e.next_rate())
-    plan = e2e.plan_live()
-    assert plan["action"] == "upgrade" and step_types(plan)[0] == "StopWithSavepoint", (
-        f"{plan['action']}: {plan['reason']}")
-    code, out = e2e.apply()
-    assert code == 0, out
-    e2e.assert_counts_continue(before)
