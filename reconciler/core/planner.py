@@ -124,7 +124,7 @@ def _mass_delete_guard(n_deletions: int, inp: PlanInput) -> str | None:
     if n_deletions >= inp.policy.mass_delete_min and n_deletions > inp.policy.mass_delete_fraction * known:
         return (f"refusing to delete {n_deletions} of {known} apps at once (mass-deletion guard, threshold "
                 f"{inp.policy.mass_delete_fraction:.0%}). If intended, delete them in smaller commits or run "
-                "with --allow-mass-delete.")
+                "with `apply --allow-mass-delete`.")
     return None
 
 
@@ -298,12 +298,17 @@ def _failed_before(ctx: _Ctx) -> AppPlan | None:
         return None
     if rec.last_attempted_spec_hash != ctx.desired.spec_hash:
         return None
+    if (rec.last_message or "").startswith(_FAILED_BEFORE):
+        return ctx.app_plan(Action.BLOCKED, rec.last_message or "")  # already said; never nest it
     return ctx.app_plan(
         Action.BLOCKED,
-        f"this spec already failed at revision {(rec.last_attempted_revision or '?')[:12]}: "
+        f"{_FAILED_BEFORE} at revision {(rec.last_attempted_revision or '?')[:12]}: "
         f"{rec.last_message or 'see history'}. Not retrying in a loop: push a fix, or bump "
         "spec.job.restartNonce to retry the same spec.",
     )
+
+
+_FAILED_BEFORE = "this spec already failed"
 
 
 def _deadlines(ctx: _Ctx) -> tuple[float, float, float]:

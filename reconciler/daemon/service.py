@@ -298,6 +298,9 @@ class Reconciler:
             if ap.action is Action.ERROR:
                 self._status(the_plan.revision, ap.app, Outcome.ERROR, ap.reason)
             elif ap.action is Action.BLOCKED:
+                rec = self.journal.record(ap.app)
+                if rec and rec.last_outcome is Outcome.FAILURE and rec.last_attempted_revision == the_plan.revision:
+                    continue  # this commit already shows why it failed; "blocked" would only bury that
                 self._status(the_plan.revision, ap.app, Outcome.FAILURE, "blocked: " + ap.reason)
             elif ap.action is Action.NOOP:
                 if incremental:

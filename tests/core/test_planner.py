@@ -241,3 +241,16 @@ def test_plan_round_trips_through_json_exactly() -> None:
     assert result.to_json() == type(result).from_json(result.to_json()).to_json()
     assert result.live_fingerprint == pin.live.fingerprint()
     assert result.revision == REV and result.format_version == 1
+
+
+def test_failed_before_reason_is_stable_across_passes() -> None:
+    from reconciler.core.observed import AppRecord
+
+    rec = record(last_outcome=Outcome.FAILURE, last_attempted_revision=REV, last_message="ClassNotFoundException",
+                 last_attempted_spec_hash=P2.spec_hash)
+    first = plan(inp([P2], [P1], [running()], [rec])).app("orders")
+    assert first.action is Action.BLOCKED and "ClassNotFoundException" in first.reason
+    # The journal stores that reason as the new message; the next pass must say the same, not nest it.
+    again_rec = AppRecord(**{**rec.model_dump(), "last_message": first.reason})
+    again = plan(inp([P2], [P1], [running()], [again_rec])).app("orders")
+    assert again.reason == first.reason

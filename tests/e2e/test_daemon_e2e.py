@@ -489,11 +489,6 @@ def test_job_that_cannot_start_is_rolled_back_and_not_retried(env: FlinkEnv) -> 
 
 @pytest.mark.flink
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: every drift pass over a failed commit re-plans it as BLOCKED with the reason 'this spec already "
-    "failed at revision R: ' + the journal's last_message (reconciler/core/planner.py _failed_before), and "
-    "Journal.record_attempt stores that reason as the new last_message, so the text nests one level deeper "
-    "on each pass: a new history row per drift interval, and a re-posted (and re-pushed) note"))
 def test_failed_commit_stays_quiet(env: FlinkEnv) -> None:
     _need(env, "failed")
     d = env.daemon
