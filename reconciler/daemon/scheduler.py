@@ -87,6 +87,8 @@ class SyncRunner:
                 if self._current is not None:
                     log.debug("sync (%s) queued behind the running pass", trigger)
             else:
+                if full and not self._pending.full:
+                    self._pending.trigger = trigger  # the pass is now a drift pass: count it as one
                 self._pending.full = self._pending.full or full
                 if reason not in self._pending.reasons:
                     self._pending.reasons.append(reason)
