@@ -123,6 +123,7 @@ class _Run:
     revision: str
     timings: list[tuple[str, float]] = field(default_factory=list)
     specs: dict[SpecRef, FlinkApp] = field(default_factory=dict)
+    jars: dict[SpecRef, Path | None] = field(default_factory=dict)
 
 
 class _StageFailedError(Exception):
@@ -236,6 +237,17 @@ class Executor:
         run = _Run(app=app, plan=inf.plan, revision=inf.revision)
         plan = inf.plan
         if inf.stage is Stage.FORWARD:
+            if inf.step_index == 0 and inf.phase is StepPhase.PENDING and any(
+                    isinstance(s, StartJob) and s.spec is SpecRef.DESIRED for s in plan.steps):
+                # Fetch the new jar before the first step: a missing or corrupt jar then fails the
+                # upgrade while the old job still runs, and the download stays out of the downtime window.
+                try:
+                    self._jar(run, SpecRef.DESIRED)
+                except Exception as e:
+                    why = str(e) if isinstance(e, ReconcilerError) else f"internal error: {type(e).__name__}: {e}"
+                    return self._finish(run, Outcome.FAILURE, failed_step="resolve the job jar",
+                                        message=f"the job jar could not be fetched (nothing was changed): {why}",
+                                        job_id=KEEP)
             try:
                 self._run_stage(run, Stage.FORWARD, plan.steps, self._next_index(inf))
             except _StageFailedError as f:
@@ -523,13 +535,18 @@ class Executor:
             log.info("%s: job %s already submitted; not submitting again", run.app, step.job_id)
             return
         app = self._spec(run, step.spec)
-        jar = self.resolve_jar(app)
+        jar = self._jar(run, step.spec)
         started = self.runtime.start_job(
             app, job_id=step.job_id, jar=jar, restore_path=restore,
             allow_non_restored_state=step.allow_non_restored_state, deadline=deadline,
         )
         if started != step.job_id:
             raise PermanentStepError(f"the runtime started job {started}, not the planned {step.job_id}")
+
+    def _jar(self, run: _Run, ref: SpecRef) -> Path | None:
+        if ref not in run.jars:
+            run.jars[ref] = self.resolve_jar(self._spec(run, ref))
+        return run.jars[ref]
 
     def _job_submitted(self, app: str, job_id: str) -> bool:
         """Whether the cluster already has this job. Unknown (cluster not up yet, as before a

@@ -386,6 +386,15 @@ def test_without_rollback_after_nothing_else_is_done(world: World) -> None:
 def test_a_bug_in_a_step_is_a_step_failure_that_still_rolls_back(world: World) -> None:
     old, new = make_app(), make_app(parallelism=2)
     world.rt.seed_job(old, OLD)
+    world.rt.faults = [Fault("start_job", KeyError("jar cache"))]
+    result = world.ex.run_app(REV, upgrade(old, new))
+    assert result.rolled_back and "internal error: KeyError" in result.message
+    assert live_jobs(world) == [RB]
+
+
+def test_a_jar_that_cannot_be_fetched_fails_before_the_old_job_is_touched(world: World) -> None:
+    old, new = make_app(), make_app(parallelism=2)
+    world.rt.seed_job(old, OLD)
 
     def broken(app: FlinkApp) -> Path:
         if app.spec.job.parallelism == 2:
@@ -394,8 +403,9 @@ def test_a_bug_in_a_step_is_a_step_failure_that_still_rolls_back(world: World) -
 
     ex = Executor(world.rt, world.journal, world.clock, resolve_jar=broken)
     result = ex.run_app(REV, upgrade(old, new))
-    assert result.rolled_back and "internal error: KeyError" in result.message
-    assert live_jobs(world) == [RB]
+    assert result.outcome is Outcome.FAILURE and not result.rolled_back
+    assert "nothing was changed" in result.message and "KeyError" in result.message
+    assert world.rt.stop_triggers == [] and live_jobs(world) == [OLD]
 
 
 def test_a_jar_that_cannot_be_resolved_is_permanent(world: World) -> None:
