@@ -312,6 +312,12 @@ class Executor:
         """Before rolling back, make sure the new job we submitted is not running (and holding slots)."""
         if job_id is None:
             return
+        try:
+            phase = self.runtime.observe(run.app).phase
+        except ReconcilerError:
+            phase = ClusterPhase.UNKNOWN
+        if phase in (ClusterPhase.ABSENT, ClusterPhase.STARTING, ClusterPhase.FAILED):
+            return  # no JobManager is up, so the new job cannot be running (a stuck rollout)
         step = CancelJob(job_id=job_id, deadline_s=self.cleanup_deadline_s)
         try:
             self._with_retries(run, step, lambda deadline: self._cancel_and_wait(run.app, job_id, deadline))
@@ -462,6 +468,7 @@ class Executor:
                     raise PermanentStepError(
                         f"job {step.job_id} is {state or 'gone'} and Flink does not know savepoint {trigger}: "
                         "its state is not in a known savepoint") from None
+                self._wait(deadline, f"savepoint {trigger} of job {step.job_id} (re-sending it)")
                 flink.stop_with_savepoint(step.job_id, drain=step.drain, trigger_id=trigger)
                 continue
             if status.done:

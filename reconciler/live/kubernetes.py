@@ -612,9 +612,9 @@ class KubernetesRuntime:
             v = views.get(app.name) or _AppView(namespace=app.metadata.namespace)
             info = self._infos({app.name: v})[app.name]
             tm_ok = v.taskmanager is not None and workload_ready(v.taskmanager)[0]
-            jm_ok = v.jobmanager is not None and workload_ready(v.jobmanager)[0]
-            if info.phase is ClusterPhase.READY or (tm_ok and not need_jobmanager and
-                                                    (v.jobmanager is None or jm_ok)):
+            # Without need_jobmanager only the TaskManagers count: a stuck JobManager of a failed upgrade
+            # is replaced by the StartJob that follows (the rollback's), not waited for here.
+            if info.phase is ClusterPhase.READY or (tm_ok and not need_jobmanager):
                 return ClusterInfo(app=app.name, phase=ClusterPhase.READY, rest_url=info.rest_url,
                                    spec_hash=info.spec_hash, message=info.message if v.jobmanager is None else None)
             now = self.clock.monotonic()

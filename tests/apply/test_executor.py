@@ -36,7 +36,7 @@ from reconciler.core.plan import (
     Step,
     StopWithSavepoint,
 )
-from reconciler.errors import ObserveError, SpecError, TransientStepError
+from reconciler.errors import ObserveError, SpecError, TransientStepError, TriggerNotFoundError
 from reconciler.spec.model import FlinkApp
 from tests.apply.fakes import TERMINAL, Behaviour, Crash, FakeJob, FakeRuntime, Fault, make_app
 
@@ -654,3 +654,16 @@ def test_resume_all_continues_every_app(world: World) -> None:
     assert set(results) == {"a"} and results["a"].outcome is Outcome.SUCCESS
     assert world.rt.submits.count(NEW) == 2  # one per app's own cluster, each once
     assert all(j.state not in TERMINAL for c in world.rt.clusters.values() for j in c.flink.jobs_by_id.values())
+
+
+def test_a_trigger_flink_never_knows_fails_at_the_step_deadline(world: World) -> None:
+    """Safety rule 4: even a JobManager that answers 404 to every poll cannot make the step spin."""
+    old, new = make_app(), make_app(parallelism=2)
+    world.rt.seed_job(old, OLD)
+    world.rt.faults = [Fault("savepoint_status", TriggerNotFoundError("no savepoint operation (404)"), nth=n)
+                       for n in range(1, 10_000)]
+    start = world.clock.monotonic()
+    result = world.ex.run_app(REV, upgrade(old, new))
+    assert result.outcome is Outcome.FAILURE and result.failed_step and "savepoint" in result.failed_step
+    step = upgrade(old, new).steps[0]
+    assert world.clock.monotonic() - start <= step.deadline_s + 5

@@ -326,13 +326,6 @@ def test_a_jobmanager_that_never_becomes_ready_fails_start_job_at_its_deadline_w
     assert FlinkApp.model_validate(rec.last_applied_spec) == old
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "two bugs block this rollback: (1) reconciler/apply/executor.py Executor._cancel_failed_job first cancels "
-    "the new job through the JobManager's REST API, which has no endpoints (the API server's service proxy "
-    "answers 503), so it retries until cleanup_deadline_s and abandons the rollback ('needs a human'); "
-    "(2) reconciler/live/kubernetes.py KubernetesRuntime._wait: ensure_cluster (the rollback's EnsureCluster) "
-    "also waits for the stuck JobManager Deployment, which only the rollback's StartJob re-applies, so it fails "
-    "at its deadline"))
 @pytest.mark.parametrize("stuck", STUCK, ids=[s.id for s in STUCK])
 def test_a_jobmanager_that_never_becomes_ready_is_rolled_back_to_the_previous_spec_from_the_savepoint(
         world: World, standin_only: Standin, stuck: Stuck) -> None:
