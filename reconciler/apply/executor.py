@@ -569,8 +569,9 @@ class Executor:
             last = self._job_progress(flink, step.job_id)
             if last is None:
                 return
+            # The app is down until this returns: poll faster than elsewhere (a GET of /jobs/overview).
             self._wait(deadline, f"job {step.job_id} to run all its tasks (last seen {last})",
-                       flink=flink, job_id=step.job_id)
+                       flink=flink, job_id=step.job_id, interval=self.poll_interval / 4)
 
     def _job_progress(self, flink: FlinkApi, job_id: str) -> str | None:
         """None when the job runs every task; a description of where it is otherwise; raises when it
@@ -642,13 +643,14 @@ class Executor:
             return None
         return _short(causes[0]) if causes else None
 
-    def _wait(self, deadline: float, what: str, *, flink: FlinkApi | None = None, job_id: str | None = None) -> None:
+    def _wait(self, deadline: float, what: str, *, flink: FlinkApi | None = None, job_id: str | None = None,
+              interval: float | None = None) -> None:
         """Sleep one poll interval, or raise DeadlineExceededError when the deadline has come."""
         now = self.clock.monotonic()
         if now >= deadline:
             cause = self._root_cause(flink, job_id) if flink is not None and job_id is not None else None
             raise DeadlineExceededError(f"deadline passed waiting for {what}{_suffix(cause)}")
-        self.clock.sleep(min(self.poll_interval, deadline - now))
+        self.clock.sleep(min(interval or self.poll_interval, deadline - now))
 
     def _record_timing(self, run: _Run, step: Step, t0: float, rollback: bool) -> None:
         run.timings.append((("rollback:" if rollback else "") + step.type, self.clock.monotonic() - t0))
