@@ -483,7 +483,8 @@ class Executor:
                     raise PermanentStepError("stop-with-savepoint completed without a savepoint location")
                 self.journal.add_savepoint(run.app, status.location, job_id=step.job_id, revision=run.revision)
                 return {"captured_path": status.location, "captured_kind": "savepoint"}
-            self._wait(deadline, f"savepoint {trigger} of job {step.job_id}")
+            # A stopping job processes nothing: this is downtime too, poll as for the start.
+            self._wait(deadline, f"savepoint {trigger} of job {step.job_id}", interval=self.poll_interval / 4)
 
     def _recorded(self, app: str, path: str, job_id: str) -> bool:
         rec = self.journal.record(app)

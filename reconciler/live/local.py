@@ -445,8 +445,7 @@ class LocalRuntime:
         with self._lock(app.name, deadline):
             rec = self._ensure(app, deadline)
             client = self._client(rec.rest_url)
-            if any(j.job_id == job_id for j in client.jobs()):
-                return job_id
+            # No jobs() check here: run_jar looks for the id first and reads Flink's duplicate error.
             digest = hashlib.sha256(jar.read_bytes()).hexdigest()
             jar_id = rec.jars.get(digest)
             if jar_id is None:
