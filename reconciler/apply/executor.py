@@ -67,6 +67,7 @@ from reconciler.errors import (
 )
 from reconciler.live.flink import is_transient_text
 from reconciler.live.ports import FlinkApi, Runtime
+from reconciler.logs import log_context
 from reconciler.spec.model import FlinkApp
 
 log = logging.getLogger(__name__)
@@ -214,7 +215,8 @@ class Executor:
         that app's FAILURE. Its in-flight record, if any, is left alone: finishing it here could
         drop a half-done upgrade that only a resume can complete safely."""
         try:
-            return fn()
+            with log_context(app=app):  # every line this app's execution logs names it
+                return fn()
         except Exception as e:
             log.exception("applying %s failed unexpectedly", app)
             message = f"internal error: {type(e).__name__}: {e}"
