@@ -21,7 +21,7 @@ from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action, AppPlan, Plan
 from reconciler.core.planner import PlanInput, Policy, desired_from, plan
 from reconciler.daemon.metrics import Metrics
-from reconciler.errors import ConfigError, PlanStaleError, ReconcilerError, SpecError
+from reconciler.errors import ConfigError, PlanStaleError, ReconcilerError
 from reconciler.live.artifacts import resolve_jar
 from reconciler.live.observe import observe
 from reconciler.live.ports import Runtime
@@ -264,9 +264,9 @@ class Reconciler:
         if self.metrics:
             self.metrics.set_inflight_steps(len(self.journal.all_inflight()))
 
-    def _executor(self) -> Executor:
+    def _executor(self) -> Executor | _DryExecutor:
         if self.runtime is None:
-            return _DryExecutor(self.journal, self.clock)  # type: ignore[return-value]
+            return _DryExecutor()
         return Executor(self.runtime, self.journal, self.clock, resolve_jar=self._resolve_jar,
                         max_parallel=self.max_parallel, on_event=self.on_event)
 
@@ -320,10 +320,6 @@ def _pending_text(ap: AppPlan) -> str:
 
 class _DryExecutor:
     """dry_run: no runtime. Plans are computed and reported, nothing is executed."""
-
-    def __init__(self, journal: Journal, clock: Clock) -> None:
-        self.journal = journal
-        self.clock = clock
 
     def resume_all(self) -> dict[str, AppResult]:
         return {}
@@ -434,4 +430,3 @@ def make_reconciler(settings: Settings, clock: Clock, *, metrics: Metrics | None
     )
 
 
-__all__ = ["PassResult", "Reconciler", "SpecError", "make_reconciler"]
