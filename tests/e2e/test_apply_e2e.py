@@ -641,3 +641,33 @@ def test_bad_entry_class_is_rolled_back_from_the_fresh_savepoint(e2e: E2E) -> No
     assert [t["action"] for t in mine if t["action"] in ("upgrade", "savepoint", "rollback", "finish")] == [
         "upgrade", "savepoint", "rollback", "finish"], mine
     assert mine[-1]["outcome"] == "failure" and "rolled back" in mine[-1]["message"]
+
+
+# ------------------------------------------------------------------------------------------------
+# 6. a saved plan: `apply --plan F` runs exactly F, and refuses F once the live state moved
+
+
+def test_saved_plan_runs_exactly_and_a_stale_one_is_refused(e2e: E2E, tmp_path: Path) -> None:
+    e2e.only_running_job()
+    e2e.commit("fix the entry class", rate=e2e.next_rate(), entry_class=COUNTER_MAIN)
+    saved = tmp_path / "plan.json"
+    code, out = e2e.cli("plan", "--repo", str(e2e.repo.work), "--live", "--state-dir", str(e2e.state),
+                        "--format", "json", "--out", str(saved))
+    assert code == 0, out
+    planned = json.loads(saved.read_text())
+    start = next(s for s in planned["apps"][0]["steps"] if s["type"] == "StartJob")
+    code, out = e2e.cli("apply", "--repo", str(e2e.repo.work), "--state-dir", str(e2e.state), "--plan", str(saved))
+    assert code == 0, out
+    assert e2e.only_running_job() == start["job_id"]
+
+    rev = e2e.commit("one more change", rate=e2e.next_rate())
+    code, out = e2e.cli("plan", "--repo", str(e2e.repo.work), "--live", "--state-dir", str(e2e.state),
+                        "--format", "json", "--out", str(saved))
+    assert code == 0, out
+    victim = e2e.only_running_job()
+    e2e.rt.flink(APP).cancel(victim)  # the job dies behind our back after the plan was made
+    wait_until(lambda: e2e.rt.flink(APP).job(victim).state == "CANCELED", timeout=30, what="the job cancelled")
+    code, out = e2e.cli("apply", "--repo", str(e2e.repo.work), "--state-dir", str(e2e.state), "--plan", str(saved))
+    assert code == 1 and "live state changed since this plan was made" in out, out
+    assert e2e.running() == []  # nothing of the stale plan was executed
+    assert e2e.status()["attempted"] != rev
