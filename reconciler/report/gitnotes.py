@@ -37,9 +37,12 @@ class GitNotesSink:
 
     def post_batch(self, statuses: Sequence[CommitStatus]) -> None:
         """Write every line locally, then push once."""
+        by_revision: dict[str, dict[str, str]] = {}
+        for status in statuses:  # later statuses of the same app win, as they would one by one
+            by_revision.setdefault(status.revision, {})[status.context] = note_line(status)
         try:
-            for status in statuses:
-                self._source.add_note(status.revision, status.context, note_line(status), ref=self._ref)
+            for revision, lines in by_revision.items():
+                self._source.add_notes(revision, lines, ref=self._ref)
         except SourceError as e:  # e.g. a commit we never fetched: retrying will not make it appear
             raise ReportError(f"git notes: {e}") from None
         if not self._push:

@@ -22,7 +22,7 @@ import shlex
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -319,12 +319,16 @@ class GitSource:
 
     def add_note(self, rev: str, app_line_key: str, line: str, ref: str = NOTES_REF) -> None:
         """Set the line for `app_line_key` in the note on `rev` (replaced in place, or appended)."""
-        if "\n" in line or "\n" in app_line_key:
+        self.add_notes(rev, {app_line_key: line}, ref)
+
+    def add_notes(self, rev: str, lines: Mapping[str, str], ref: str = NOTES_REF) -> None:
+        """Set several keys' lines in the note on `rev` with one read and one write of the note."""
+        if any("\n" in k or "\n" in v for k, v in lines.items()):
             raise SourceError("a note line must be a single line")
         with self._lock:
             sha = self.resolve(rev)
-            self._write_note_line(ref, sha, app_line_key, line)
-            self._pending_notes.setdefault(ref, []).append(_Pending(sha, app_line_key, line))
+            self._write_note_lines(ref, sha, list(lines.items()))
+            self._pending_notes.setdefault(ref, []).extend(_Pending(sha, k, v) for k, v in lines.items())
 
     def read_note(self, rev: str, ref: str = NOTES_REF) -> str | None:
         sha = self.resolve(rev)
@@ -357,8 +361,11 @@ class GitSource:
                 ):
                     # Rebase our lines onto origin's notes: their lines stay, ours win per key.
                     self._run(["update-ref", ref, remote_tip], what="reset notes ref")
+                    by_sha: dict[str, list[tuple[str, str]]] = {}
                     for p in pending:
-                        self._write_note_line(ref, p.sha, p.key, p.line)
+                        by_sha.setdefault(p.sha, []).append((p.key, p.line))
+                    for sha, pairs in by_sha.items():
+                        self._write_note_lines(ref, sha, pairs)
                 if self._ref_sha(ref) is None or self._ref_sha(ref) == remote_tip:
                     self._drop_pending(ref, len(pending))
                     return
@@ -380,10 +387,12 @@ class GitSource:
         lst = self._pending_notes.get(ref, [])
         del lst[:count]
 
-    def _write_note_line(self, ref: str, sha: str, key: str, line: str) -> None:
+    def _write_note_lines(self, ref: str, sha: str, pairs: Sequence[tuple[str, str]]) -> None:
         status, out, _ = self._exec(["notes", "--ref", ref, "show", sha])
         lines = out.decode().splitlines() if status == 0 else []
-        merged = _replace_line(lines, key, line)
+        merged = lines
+        for key, line in pairs:
+            merged = _replace_line(merged, key, line)
         if merged == lines:
             return
         body = ("\n".join(merged) + "\n").encode()

@@ -91,3 +91,26 @@ def test_local_only_mode_does_not_push(up: Upstream, tmp_path: Path) -> None:
     GitNotesSink(src, push=False).post(CommitStatus(sha, "orders", Outcome.SUCCESS, "ok"))
     assert src.read_note(sha) == "flink-reconciler/orders: success - ok\n"
     assert git(up.origin, "for-each-ref", "refs/notes") == ""
+
+
+def test_a_batch_for_one_commit_writes_its_note_once(tmp_path: Path) -> None:
+    """Many apps on one commit: one read and one write of the note, whatever the number of apps."""
+    from reconciler.core.observed import Outcome
+    from reconciler.report.gitnotes import GitNotesSink
+    from reconciler.report.status import CommitStatus
+    from reconciler.source.git import GitSource
+    from tests.gitutil import Repo, git
+
+    repo = Repo(tmp_path)
+    repo.write("a.txt", "a")
+    sha = repo.commit("one")
+    src = GitSource(str(repo.origin), tmp_path / "cache")
+    src.fetch()
+    statuses = [CommitStatus(revision=sha, app=f"app-{i}", state=Outcome.SUCCESS, description="ok") for i in range(50)]
+    statuses.append(CommitStatus(revision=sha, app="app-3", state=Outcome.FAILURE, description="later wins"))
+    GitNotesSink(src).post_batch(statuses)
+    log = git(src.git_dir, "log", "--format=%s", "refs/notes/flink-reconciler")
+    assert len(log.splitlines()) == 1  # one notes commit for the whole batch
+    git(repo.work, "fetch", "-q", "origin", "refs/notes/*:refs/notes/*")
+    note = git(repo.work, "notes", "--ref=flink-reconciler", "show", sha).splitlines()
+    assert len(note) == 50 and "flink-reconciler/app-3: failure - later wins" in note
