@@ -9,7 +9,7 @@ from ruamel.yaml import YAML
 
 from reconciler.errors import PermanentStepError
 from reconciler.live.flink import is_transient_text, summarize_errors, summarize_stack
-from reconciler.live.local import (
+from reconciler.live.local_config import (
     ClusterPaths,
     cluster_config_hash,
     extract_log_reason,

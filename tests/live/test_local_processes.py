@@ -10,7 +10,8 @@ from pathlib import Path
 
 from reconciler.clock import SystemClock
 from reconciler.core.observed import ClusterPhase
-from reconciler.live.local import ClusterRecord, LocalRuntime, ProcRecord
+from reconciler.live.local import LocalRuntime
+from reconciler.live.local_config import ClusterRecord, ProcRecord
 
 STUBBORN = (
     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(300)"

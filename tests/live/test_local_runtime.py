@@ -14,7 +14,8 @@ import pytest
 
 from reconciler.core.observed import ClusterPhase, JobPhase, job_phase
 from reconciler.errors import DeadlineExceededError, PermanentStepError, RuntimeProvisionError
-from reconciler.live.local import ClusterRecord, LocalRuntime, ProcRecord
+from reconciler.live.local import LocalRuntime
+from reconciler.live.local_config import ClusterRecord, ProcRecord
 from reconciler.spec.model import FlinkApp
 from tests.fixtures.flink import REPO_ROOT, counter_app, counter_output_dir, read_counts, teardown_runtime, wait_until
 
