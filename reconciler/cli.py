@@ -142,8 +142,7 @@ def _settings(args: argparse.Namespace, **extra: object) -> Settings:
     if getattr(args, "path", None) is not None:
         cli["path"] = args.path
     if getattr(args, "repo", None):
-        repo = args.repo
-        cli["repo_url"] = str(Path(repo).resolve()) if Path(repo).exists() else repo
+        cli["repo_url"] = _repo_arg(args.repo)
     return load_settings({**cli, **extra}, getattr(args, "config", None))
 
 
@@ -197,12 +196,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from reconciler.source.specs import load_at
 
     if args.live:
-        rec = _reconciler(_settings(args, repo_url=_repo_arg(args.repo), path=args.path, prune=args.prune or None),
-                          report=False)
+        rec = _reconciler(_settings(args), report=False)
         rec.source.fetch()
         return _emit_plan(rec.plan(rec.source.resolve(args.head)), args)
 
-    src = GitSource(args.repo, _cache_dir(args, args.repo), branch=_branch_of(args.repo))
+    src = GitSource(args.repo, _cache_dir(args, args.repo), branch=_branch())
     src.fetch()
     head = src.resolve(args.head)
     base = src.resolve(args.base) if args.base else _parent_or_none(src, head)
@@ -214,7 +212,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return _emit_plan(result, args)
 
 
-def _branch_of(repo: str) -> str:
+def _branch() -> str:
     return os.environ.get("FLINK_RECONCILER_BRANCH", "main")
 
 
@@ -424,7 +422,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from reconciler.source.specs import load_at
 
     repo = _repo_arg(args.repo) or args.repo
-    src = GitSource(repo, _cache_dir(args, repo), branch=_branch_of(repo))
+    src = GitSource(repo, _cache_dir(args, repo), branch=_branch())
     src.fetch()
     rev = src.resolve(args.rev)
     loaded = load_at(src, rev, args.path)

@@ -7,13 +7,12 @@ revision and the fingerprint of the live state it assumed, so `apply --plan` can
 from __future__ import annotations
 
 import hashlib
-import json
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reconciler.spec.model import ChangeClass, ChangeClassJSON
+from reconciler.spec.model import ChangeClass, ChangeClassJSON, content_hash
 
 FORMAT_VERSION: Literal[1] = 1
 
@@ -227,5 +226,5 @@ def deterministic_job_id(app: str, revision: str, attempt: int, purpose: str = "
 
 
 def spec_hash(canonical: dict[str, Any]) -> str:
-    body = json.dumps(canonical.get("spec", canonical), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(body.encode()).hexdigest()[:16]
+    """`FlinkApp.spec_hash` of a canonical document (a plan's `desired`), without re-validating it."""
+    return content_hash(canonical.get("spec", canonical))

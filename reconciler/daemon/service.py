@@ -87,7 +87,6 @@ class Reconciler:
         self._loaded: LoadResult | None = None
         self._loaded_rev: str | None = None
         self._last_error: str | None = None
-        self._stopping = threading.Event()
         self.leader = leader  # None: no election, always reconcile
         self._on_shutdown = on_shutdown
 
@@ -133,7 +132,6 @@ class Reconciler:
 
     def shutdown(self, *, deadline_s: float) -> None:
         """Wait for the running pass (every step is journaled, so a pass cut short resumes next start)."""
-        self._stopping.set()
         if self._on_shutdown:
             self._on_shutdown()
         if self._lock.acquire(timeout=max(0.0, deadline_s)):
@@ -146,26 +144,30 @@ class Reconciler:
 
     # ------------------------------------------------------------------ planning
 
-    def load(self, rev: str) -> LoadResult:
-        """Specs at `rev`: incremental from the last loaded revision when there is one."""
+    def load(self, rev: str, changed: set[str] | None = None) -> LoadResult:
+        """Specs at `rev`: incremental from the last loaded revision when there is one. `changed`: the
+        spec paths changed since then, when the caller already asked Git."""
         if self._loaded is not None and self._loaded_rev is not None:
             if rev == self._loaded_rev:
                 return self._loaded
-            changed = [p for p in self.source.changed_paths(self._loaded_rev, rev, self.subdir)
-                       if p.endswith(SPEC_SUFFIXES)]
-            result = self._loaded.update(spec_paths(self.source.read_paths(rev, changed)))
+            if changed is None:
+                changed = self._changed_paths(rev)
+            result = self._loaded.update(spec_paths(self.source.read_paths(rev, sorted(changed))))
         else:
             result = load_files(spec_paths(self.source.read_tree(rev, self.subdir, SPEC_SUFFIXES)))
         self._loaded, self._loaded_rev = result, rev
         return result
 
+    def _changed_paths(self, rev: str) -> set[str]:
+        assert self._loaded_rev is not None
+        return {p for p in self.source.changed_paths(self._loaded_rev, rev, self.subdir) if p.endswith(SPEC_SUFFIXES)}
+
     def _changed_apps(self, head: str) -> set[str] | None:
         old = self._loaded
         if old is None or self._loaded_rev is None:
             return None
-        changed = {p for p in self.source.changed_paths(self._loaded_rev, head, self.subdir)
-                   if p.endswith(SPEC_SUFFIXES)}
-        new = self.load(head)
+        changed = self._changed_paths(head)
+        new = self.load(head, changed)
         names = {la.app.name for p in changed for fr in (old.by_file.get(p), new.by_file.get(p)) if fr
                  for la in fr.apps}
         names |= {e.app for e in new.errors if e.app and e.file in changed}
@@ -207,8 +209,8 @@ class Reconciler:
             executor = self._executor()
             resumed = executor.resume_all()
             for name, res in resumed.items():
-                inflight_rev = self.journal.record(name)
-                self._report_result(inflight_rev.last_attempted_revision if inflight_rev else rev, res)
+                record = self.journal.record(name)  # a resumed execution belongs to the revision it began at
+                self._report_result(record.last_attempted_revision if record else rev, res)
             if saved is not None:
                 the_plan = self._check_saved(saved)
             else:

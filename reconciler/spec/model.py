@@ -374,6 +374,12 @@ class Metadata(_Model):
         return v
 
 
+def content_hash(spec: dict[str, Any]) -> str:
+    """The one hash of a canonical `spec` dict: the journal, the planner and the runtimes compare it."""
+    body = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
 class FlinkApp(_Model):
     """One Flink application, as written in Git."""
 
@@ -395,8 +401,7 @@ class FlinkApp(_Model):
     @cached_property
     def spec_hash(self) -> str:
         """Short content hash of `spec` (what a cluster was deployed from); metadata does not count."""
-        body = json.dumps(self._canonical["spec"], sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(body.encode()).hexdigest()[:16]
+        return content_hash(self._canonical["spec"])
 
     def canonical(self) -> dict[str, Any]:
         """The JSON form used for diffs and hashes: aliases, defaults filled in.

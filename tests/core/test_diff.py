@@ -76,3 +76,13 @@ def test_job_phase(state: str | None, running: int, total: int, finished: int, p
     from reconciler.core.observed import job_phase
 
     assert job_phase(state, running, total, finished).value == phase
+
+
+def test_spec_hash_is_one_function_of_spec_only() -> None:
+    """The journal hashes a plan's dict, the planner the model: they must agree, or a failed spec is retried."""
+    from reconciler.core.plan import spec_hash
+
+    a = app(job={"parallelism": 2})
+    assert spec_hash(a.canonical()) == a.spec_hash
+    assert with_meta(a, labels={"x": "y"}).spec_hash == a.spec_hash
+    assert app(job={"parallelism": 3}).spec_hash != a.spec_hash
