@@ -19,7 +19,7 @@ from reconciler.clock import SystemClock
 from reconciler.core import render
 from reconciler.core.plan import Plan
 from reconciler.core.planner import Policy, offline_input, plan
-from reconciler.errors import ReconcilerError, SourceError
+from reconciler.errors import ConfigError, ReconcilerError, SourceError
 from reconciler.spec.load import LoadResult, load_dir
 
 if TYPE_CHECKING:
@@ -48,89 +48,130 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="flink-reconciler", description="GitOps reconciler for Apache Flink apps.")
-    p.add_argument("--version", action="version", version=f"flink-reconciler {__version__}")
+    p = argparse.ArgumentParser(prog="flink-reconciler", description="GitOps reconciler for Apache Flink apps.",
+                                epilog="Run `flink-reconciler COMMAND --help` for the options of a command.")
+    p.add_argument("--version", action="version", version=f"flink-reconciler {__version__}",
+                   help="print the version and exit")
     sub = p.add_subparsers(metavar="COMMAND")
 
     v = sub.add_parser("validate", help="check spec files (file:line errors); exit 1 on any error")
     v.add_argument("paths", nargs="*", default=["."], help="spec files or directories (default: .)")
-    v.add_argument("--output", choices=["text", "json"], default="text")
+    v.add_argument("--output", choices=["text", "json"], default="text", help="output format (default: %(default)s)")
     v.set_defaults(func=cmd_validate)
 
-    pl = sub.add_parser("plan", help="what applying a revision would do, like terraform plan")
+    pl = sub.add_parser("plan", help="what applying a revision would do, like terraform plan", epilog=_SETTINGS_EPILOG)
     pl.add_argument("--repo", required=True, help="Git repository: a path or URL")
-    pl.add_argument("--base", help="the revision assumed to run (offline mode); default: HEAD~1 of --head")
-    pl.add_argument("--head", default="HEAD", help="the revision to plan (default: HEAD)")
-    pl.add_argument("--path", default="", help="sub-directory of the repo holding the specs")
-    pl.add_argument("--format", choices=["text", "markdown", "json"], default="text")
-    pl.add_argument("--out", type=Path, help="also write the plan as JSON to this file (for apply --plan)")
-    pl.add_argument("--detailed-exitcode", action="store_true", help="exit 2 when there are changes")
+    pl.add_argument("--base", help="the revision assumed to run (offline mode) (default: the parent of --head)")
+    pl.add_argument("--head", default="HEAD", help="the revision to plan (default: %(default)s)")
+    pl.add_argument("--path", default="", help=_PATH_HELP)
+    pl.add_argument("--format", choices=["text", "markdown", "json"], default="text",
+                    help="text for a terminal, markdown for a pull-request comment, json: the plan artifact "
+                         "(default: %(default)s)")
+    pl.add_argument("--out", type=Path, help="also write the plan as JSON to this file, for apply --plan "
+                                             "(default: not written)")
+    pl.add_argument("--detailed-exitcode", action="store_true",
+                    help="exit 2 when there are changes (default: exit 0 for changes)")
     pl.add_argument("--prune", action="store_true", default=_env_bool("PRUNE"),
-                    help="plan deletions of removed specs (as the daemon would with prune on)")
-    pl.add_argument("--allow-mass-delete", action="store_true", help="disable the mass-deletion guard")
-    pl.add_argument("--color", choices=["auto", "always", "never"], default="auto")
-    pl.add_argument("--cache-dir", type=Path, help="where Git clones are cached")
+                    help="plan deletions of removed specs, as the daemon would with prune on "
+                         "(default: off, or FLINK_RECONCILER_PRUNE)")
+    pl.add_argument("--allow-mass-delete", action="store_true",
+                    help="disable the mass-deletion guard (default: the guard is on)")
+    pl.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                    help="colour the text output; auto: on a terminal without NO_COLOR (default: %(default)s)")
+    pl.add_argument("--cache-dir", type=Path, help=_CACHE_HELP)
     pl.set_defaults(func=cmd_plan)
 
     pl.add_argument("--live", action="store_true",
-                    help="plan against the live state (runtime + journal) instead of --base; needs the runtime")
+                    help="plan against the live state (runtime + records) instead of --base; needs the runtime "
+                         "(default: offline)")
     _runtime_flags(pl, repo=False)
 
-    ap = sub.add_parser("apply", help="plan a revision against the live state and execute it")
+    ap = sub.add_parser("apply", help="plan a revision against the live state and execute it",
+                        epilog=_SETTINGS_EPILOG)
     ap.add_argument("--repo", help="Git repository: a path or URL (default: FLINK_RECONCILER_REPO_URL)")
     ap.add_argument("--rev", default=None, help="revision to apply (default: the branch tip)")
-    ap.add_argument("--plan", type=Path, help="execute exactly this saved plan (from `plan --live --out`)")
-    ap.add_argument("--prune", action="store_true", default=None, help="delete apps whose spec was removed")
-    ap.add_argument("--path", default=None, help="sub-directory of the repo holding the specs")
-    ap.add_argument("--allow-mass-delete", action="store_true", help="disable the mass-deletion guard")
+    ap.add_argument("--plan", type=Path, help="execute exactly this saved plan from `plan --live --out` "
+                                              "(default: plan --rev now)")
+    ap.add_argument("--prune", action="store_true", default=None,
+                    help="delete apps whose spec was removed, after a final savepoint (default: off)")
+    ap.add_argument("--path", default=None, help=_PATH_HELP)
+    ap.add_argument("--allow-mass-delete", action="store_true",
+                    help="disable the mass-deletion guard (default: the guard is on)")
     _runtime_flags(ap)
     ap.set_defaults(func=cmd_apply)
 
-    st = sub.add_parser("status", help="one line per app: applied revision, job, last savepoint, outcome")
-    st.add_argument("--output", choices=["table", "json"], default="table")
+    st = sub.add_parser("status", help="one line per app: applied revision, job, last savepoint, outcome",
+                        epilog=_SETTINGS_EPILOG)
+    st.add_argument("--output", choices=["table", "json"], default="table", help="output format (default: %(default)s)")
     _runtime_flags(st)
     st.set_defaults(func=cmd_status)
 
-    hi = sub.add_parser("history", help="transitions and savepoints of one app")
-    hi.add_argument("app")
-    hi.add_argument("--output", choices=["table", "json"], default="table")
+    hi = sub.add_parser("history", help="transitions and savepoints of one app", epilog=_SETTINGS_EPILOG)
+    hi.add_argument("app", help="the app's metadata.name")
+    hi.add_argument("--output", choices=["table", "json"], default="table", help="output format (default: %(default)s)")
     _runtime_flags(hi)
     hi.set_defaults(func=cmd_history)
 
-    rn = sub.add_parser("run", help="the daemon: poll Git (or take webhooks), reconcile, report on commits")
-    rn.add_argument("--repo", dest="repo", help="Git repository URL or path")
-    rn.add_argument("--config", type=Path, help="YAML config file (see docs/daemon.md)")
-    rn.add_argument("--path", default=None)
-    rn.add_argument("--prune", action="store_true", default=None)
-    rn.add_argument("--poll-interval", default=None)
-    rn.add_argument("--drift-interval", default=None)
-    rn.add_argument("--listen-port", type=int, default=None)
-    rn.add_argument("--log-format", choices=["text", "json"], default=None)
-    rn.add_argument("--status-sink", choices=["notes", "github", "gitlab", "gitea", "none"], default=None)
+    rn = sub.add_parser("run", help="the daemon: poll Git (or take webhooks), reconcile, report on commits",
+                        epilog=_SETTINGS_EPILOG)
+    rn.add_argument("--repo", dest="repo", help="Git repository: a URL or path (default: FLINK_RECONCILER_REPO_URL)")
+    rn.add_argument("--config", type=Path,
+                    help="YAML config file, see docs/daemon.md (default: FLINK_RECONCILER_CONFIG)")
+    rn.add_argument("--path", default=None, help=_PATH_HELP)
+    rn.add_argument("--prune", action="store_true", default=None,
+                    help="delete apps whose spec was removed, after a final savepoint (default: off)")
+    rn.add_argument("--poll-interval", default=None, metavar="DURATION",
+                    help="time between Git fetches: 15, 30s, 500ms, 2m (default: 15s)")
+    rn.add_argument("--drift-interval", default=None, metavar="DURATION",
+                    help="time between full passes over every app, to repair drift (default: 60s)")
+    rn.add_argument("--listen-port", type=int, default=None, metavar="PORT",
+                    help="port of the webhook, /healthz, /readyz and /metrics server; 0: any free port "
+                         "(default: 8080)")
+    rn.add_argument("--log-format", choices=["text", "json"], default=None,
+                    help="log lines on stderr as text or JSON (default: text)")
+    rn.add_argument("--status-sink", choices=["notes", "github", "gitlab", "gitea", "none"], default=None,
+                    help="where commit statuses go; forges need FLINK_RECONCILER_FORGE_* settings (default: notes)")
     _runtime_flags(rn)
     rn.set_defaults(func=cmd_run)
 
-    rd = sub.add_parser("render", help="print the Kubernetes manifests each app would get")
-    rd.add_argument("--repo", required=True)
-    rd.add_argument("--rev", default="HEAD")
-    rd.add_argument("--path", default="")
-    rd.add_argument("--app", action="append", help="only this app (repeatable)")
-    rd.add_argument("--cache-dir", type=Path)
+    rd = sub.add_parser("render", help="print the Kubernetes manifests each app would get",
+                        description="Print the Kubernetes objects of each app, from spec files (PATH) or from "
+                                    "a Git revision (--repo).",
+                        epilog="Example: flink-reconciler render apps/ | kubectl apply --dry-run=server -f -")
+    rd.add_argument("spec_path", nargs="?", metavar="PATH",
+                    help="a spec file, a directory of specs, or - for stdin (default: --repo is needed)")
+    rd.add_argument("--repo", help="render from this Git repository (path or URL) instead of PATH "
+                                   "(default: not used)")
+    rd.add_argument("--rev", default=None, help="with --repo: the revision to render (default: HEAD)")
+    rd.add_argument("--path", default="", help="with --repo: " + _PATH_HELP)
+    rd.add_argument("--app", action="append", help="only this app, repeatable (default: every app)")
+    rd.add_argument("--cache-dir", type=Path, help="with --repo: " + _CACHE_HELP)
     rd.set_defaults(func=cmd_render)
 
     s = sub.add_parser("schema", help="print the JSON Schema of a FlinkApp spec")
-    s.add_argument("--out", type=Path, help="write to this file instead of stdout")
-    s.add_argument("--reference", action="store_true", help="the Markdown field reference instead")
+    s.add_argument("--out", type=Path, help="write to this file (default: stdout)")
+    s.add_argument("--reference", action="store_true",
+                   help="the Markdown field reference instead (default: the JSON Schema)")
     s.set_defaults(func=cmd_schema)
     return p
 
 
+_PATH_HELP = "sub-directory of the repository holding the specs (default: the repository root)"
+_CACHE_HELP = "where Git clones are cached (default: ~/.cache/flink-reconciler/git/<hash of --repo>)"
+_SETTINGS_EPILOG = ("Flags override FLINK_RECONCILER_<SETTING> environment variables and the --config / "
+                    "FLINK_RECONCILER_CONFIG file; every setting is listed in docs/daemon.md.")
+
+
 def _runtime_flags(p: argparse.ArgumentParser, *, repo: bool = True) -> None:
-    p.add_argument("--state-dir", type=Path, default=None, help="journal, clusters, Git cache (default .state)")
-    p.add_argument("--runtime", choices=["local", "kubernetes"], default=None)
-    p.add_argument("--branch", default=None)
-    p.add_argument("--dry-run", action="store_true", default=None, help="no runtime: plan and report only")
-    p.add_argument("--max-parallel", type=int, default=None)
+    p.add_argument("--state-dir", type=Path, default=None,
+                   help="records, local clusters, savepoints and the Git cache (default: .state)")
+    p.add_argument("--runtime", choices=["local", "kubernetes"], default=None,
+                   help="where Flink runs: JVMs on this host or a Kubernetes cluster (default: local)")
+    p.add_argument("--branch", default=None, help="Git branch to follow (default: main)")
+    p.add_argument("--dry-run", action="store_true", default=None,
+                   help="no runtime: observe an empty runtime, plan and report only (default: off)")
+    p.add_argument("--max-parallel", type=int, default=None, metavar="N",
+                   help="apps reconciled at the same time (default: 4)")
 
 
 def _settings(args: argparse.Namespace, **extra: object) -> Settings:
@@ -415,21 +456,29 @@ def cmd_run(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------- render
 
 
+UNVERSIONED = "unversioned"  # the revision stamped on objects rendered from files rather than a commit
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     from reconciler.core.plan import deterministic_job_id
     from reconciler.live.k8s_render import render_app, to_yaml
-    from reconciler.source.git import GitSource
-    from reconciler.source.specs import load_at
 
-    repo = _repo_arg(args.repo) or args.repo
-    src = GitSource(repo, _cache_dir(args, repo), branch=_branch())
-    src.fetch()
-    rev = src.resolve(args.rev)
-    loaded = load_at(src, rev, args.path)
+    if args.spec_path is not None:
+        if args.repo or args.rev or args.path or args.cache_dir:
+            raise ConfigError("render: give PATH or --repo (with --rev, --path, --cache-dir), not both")
+        loaded, rev = _specs_from(args.spec_path), UNVERSIONED
+    elif args.repo:
+        loaded, rev = _specs_at(args)
+    else:
+        raise ConfigError("render needs PATH (a spec file, a directory of specs, or - for stdin) or --repo")
     for e in loaded.errors:
         print(f"{e}", file=sys.stderr)
+    failed = bool(loaded.errors)
+    unknown = sorted(set(args.app or ()) - set(loaded.apps) - {e.app for e in loaded.errors})
+    for name in unknown:
+        print(f"error: no app named {name!r}", file=sys.stderr)
+        failed = True
     docs = []
-    failed = False
     for name, la in sorted(loaded.apps.items()):
         if args.app and name not in args.app:
             continue
@@ -440,9 +489,38 @@ def cmd_render(args: argparse.Namespace) -> int:
             print(f"error: {la.file}: {e}", file=sys.stderr)
             failed = True
             continue
-        docs.append(f"# app {name} ({la.file}) at {rev[:12]}\n" + to_yaml(objs))
+        at = "" if rev == UNVERSIONED else f" at {rev[:12]}"
+        docs.append(f"# app {name} ({la.file}){at}\n" + to_yaml(objs))
     sys.stdout.write("---\n".join(docs))
-    return EXIT_ERROR if loaded.errors or failed else EXIT_OK
+    return EXIT_ERROR if failed else EXIT_OK
+
+
+def _specs_from(raw: str) -> LoadResult:
+    """Specs from a file, a directory tree or stdin (`-`), each file named as the user will look for it."""
+    from reconciler.spec.load import load_files, read_dir
+
+    if raw == "-":
+        return load_files({"<stdin>": sys.stdin.buffer.read()})
+    root = Path(raw)
+    if not root.exists():
+        raise ConfigError(f"{raw}: no such file or directory")
+    if root.is_file():
+        return load_files({raw: root.read_bytes()})
+    files = read_dir(root)
+    if not files:
+        raise ConfigError(f"{raw}: no spec files (*.yaml, *.yml) in this directory")
+    return load_files({str(root / rel): data for rel, data in files.items()})
+
+
+def _specs_at(args: argparse.Namespace) -> tuple[LoadResult, str]:
+    from reconciler.source.git import GitSource
+    from reconciler.source.specs import load_at
+
+    repo = _repo_arg(args.repo) or args.repo
+    src = GitSource(repo, _cache_dir(args, repo), branch=_branch())
+    src.fetch()
+    rev = src.resolve(args.rev or "HEAD")
+    return load_at(src, rev, args.path), rev
 
 
 # ---------------------------------------------------------------------------------------------- schema
