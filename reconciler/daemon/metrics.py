@@ -85,6 +85,12 @@ class Metrics:
             ["forge", "result"],
             registry=r,
         )
+        self.http_refused = Counter(
+            f"{PREFIX}_http_connections_refused",
+            "Connections refused (too_many_connections) or cut at the request deadline (deadline).",
+            ["reason"],
+            registry=r,
+        )
         self.sync_passes = Counter(
             f"{PREFIX}_sync_passes",
             "Sync passes by trigger (startup, poll, drift, webhook) and result (ok, error).",
@@ -152,6 +158,9 @@ class Metrics:
 
     def count_webhook(self, forge: str, result: str) -> None:
         self.webhook_requests.labels(forge, result).inc()
+
+    def count_http_refused(self, reason: str) -> None:
+        self.http_refused.labels(reason).inc()
 
     def observe_sync(self, trigger: str, result: str, seconds: float) -> None:
         self.sync_passes.labels(trigger, result).inc()

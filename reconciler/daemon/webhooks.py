@@ -134,13 +134,14 @@ def _check_token(secret: bytes | None, header: str | None) -> None:
 
 
 def _payload(body: bytes, content_type: str) -> dict[str, Any]:
-    """JSON body, or GitHub's form encoding (`payload=<json>`)."""
+    """JSON body, or GitHub's form encoding (`payload=<json>`). Deeply nested JSON (`[[[[...`) makes
+    the stdlib parser raise RecursionError: that is malformed input too, not a server error."""
     try:
         text = body.decode("utf-8")
         if content_type.split(";", maxsplit=1)[0].strip().lower() == "application/x-www-form-urlencoded":
             text = parse_qs(text).get("payload", [""])[0]
         data = json.loads(text)
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise WebhookRejectedError(f"payload is not valid JSON: {e.__class__.__name__}", status=400) from None
     if not isinstance(data, dict):
         raise WebhookRejectedError("payload is not a JSON object", status=400)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -13,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler.daemon.http import MAX_WEBHOOK_BODY, Endpoints, HttpServer
 from reconciler.daemon.metrics import Metrics
-from reconciler.daemon.webhooks import WebhookEvent, WebhookSecrets
+from reconciler.daemon.webhooks import WebhookEvent, WebhookSecrets, sign_hmac_sha256
 from reconciler.errors import ConfigError
 from tests.daemon import forges
 from tests.daemon.forges import AFTER, GITEA_SECRET, GITHUB_SECRET, GITLAB_TOKEN
@@ -286,3 +287,155 @@ def test_stop_closes_the_port() -> None:
     server.stop()
     with pytest.raises(httpx.ConnectError):
         httpx.get(url + "/healthz", timeout=2)
+
+
+# --- hostile clients: deadlines, connection cap, malformed bodies ------------------------------------
+
+
+@pytest.fixture
+def strict() -> Iterator[tuple[HttpServer, Callbacks, Metrics]]:
+    """A server with a 1 s request deadline and room for 2 connections (the defaults are 10 s and 32)."""
+    cb = Callbacks()
+    metrics = Metrics()
+    server = HttpServer(
+        "127.0.0.1", 0, Endpoints(SECRETS, "main", cb.on_push, cb.readiness, metrics, cb.status_page),
+        poll_interval=0.05, request_deadline_s=1.0, max_connections=2,
+    )
+    server.start()
+    try:
+        yield server, cb, metrics
+    finally:
+        server.stop()
+
+
+def _recv_all(s: socket.socket) -> bytes:
+    chunks = []
+    try:
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    except ConnectionResetError:
+        pass
+    return b"".join(chunks)
+
+
+def _quiet(caplog: pytest.LogCaptureFixture) -> None:
+    """Nothing logged at ERROR and no traceback anywhere: hostile clients are not our bugs."""
+    loud = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert loud == [], [r.getMessage() for r in loud]
+
+
+def test_content_length_larger_than_the_body_is_408_at_the_deadline_not_a_500(
+    strict: tuple[HttpServer, Callbacks, Metrics], caplog: pytest.LogCaptureFixture
+) -> None:
+    server, cb, metrics = strict
+    headers, body = forges.github(forges.github_push_payload())
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    request = f"POST /webhook HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {len(body) + 10}\r\n\r\n".encode()
+    with caplog.at_level(logging.INFO, logger="reconciler.daemon.http"), \
+            socket.create_connection(server.address, timeout=10) as s:
+        t0 = time.monotonic()
+        s.sendall(request + body)  # ... and the 10 announced bytes never come; the client stays connected
+        answer = _recv_all(s)
+        took = time.monotonic() - t0
+    assert answer.startswith(b"HTTP/1.0 408"), answer[:200]
+    assert b"body not received within 1s" in answer
+    assert 0.9 <= took < 3.0
+    assert cb.pushes == []
+    assert metrics.webhook_requests.labels("github", "timeout")._value.get() == 1
+    _quiet(caplog)
+
+
+def test_half_sent_request_then_disconnect_is_one_info_line(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    host, port = served.url.removeprefix("http://").split(":")
+    with caplog.at_level(logging.DEBUG, logger="reconciler.daemon.http"):
+        for _ in range(3):
+            with socket.create_connection((host, int(port)), timeout=10) as s:
+                s.sendall(b"POST /webhook HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\nContent-Length: 100\r\n\r\nab")
+        assert served.client.get("/healthz").status_code == 200  # the server still serves ...
+        time.sleep(0.3)  # ... and its handler threads have logged what they had to say
+    _quiet(caplog)
+    assert served.cb.pushes == []
+    assert sum(len(r.getMessage()) for r in caplog.records if r.levelno >= logging.INFO) < 3 * 300
+
+
+def test_deeply_nested_signed_json_is_400(served: Served, caplog: pytest.LogCaptureFixture) -> None:
+    body = b"[" * MAX_WEBHOOK_BODY
+    headers = {"X-GitHub-Event": "push", "Content-Type": "application/json",
+               "X-Hub-Signature-256": "sha256=" + sign_hmac_sha256(GITHUB_SECRET.encode(), body)}
+    with caplog.at_level(logging.INFO, logger="reconciler.daemon.http"):
+        r = served.client.post("/webhook", content=body, headers=headers)
+    assert (r.status_code, r.text) == (400, "payload is not valid JSON: RecursionError\n")
+    assert served.webhook_counts()[("github", "bad_request")] == 1
+    _quiet(caplog)
+
+
+def test_a_trickling_client_is_cut_at_the_deadline(
+    strict: tuple[HttpServer, Callbacks, Metrics], caplog: pytest.LogCaptureFixture
+) -> None:
+    """One byte every 50 ms never trips a per-read timeout; the total deadline (1 s) ends it anyway."""
+    server, _, metrics = strict
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"p" * 200 + b"\r\n\r\n"
+    with caplog.at_level(logging.INFO, logger="reconciler.daemon.http"), \
+            socket.create_connection(server.address, timeout=10) as s:
+        t0 = time.monotonic()
+        sent = 0
+        try:
+            for byte in request:
+                s.sendall(bytes([byte]))
+                sent += 1
+                time.sleep(0.05)
+                if time.monotonic() - t0 > 5:
+                    break
+        except OSError:
+            pass  # the server closed its side
+        answer = _recv_all(s)
+        took = time.monotonic() - t0
+    assert sent < len(request), "the whole trickled request was read: no deadline"
+    assert took < 1.0 + 2.0 + 1.0  # the deadline, the grace to write an answer, slack for a loaded machine
+    assert b" 200 " not in answer[:20], answer[:200]  # an error page (or nothing): the request was never served
+    assert metrics.http_refused.labels("deadline")._value.get() == 1
+    _quiet(caplog)
+
+
+def test_connections_over_the_cap_get_503_and_the_cap_frees_up(
+    strict: tuple[HttpServer, Callbacks, Metrics], caplog: pytest.LogCaptureFixture
+) -> None:
+    server, _, metrics = strict
+    idle = [socket.create_connection(server.address, timeout=10) for _ in range(2)]  # hold both slots
+    try:
+        time.sleep(0.2)  # the serving loop accepted them
+        with socket.create_connection(server.address, timeout=10) as s:
+            s.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+            answer = _recv_all(s)
+        assert answer.startswith(b"HTTP/1.0 503") and answer.endswith(b"too many connections\n"), answer
+        assert metrics.http_refused.labels("too_many_connections")._value.get() == 1
+    finally:
+        for s in idle:
+            s.close()
+    deadline = time.monotonic() + 5
+    while True:  # the slots come back when their handlers end (at once: the clients closed)
+        with socket.create_connection(server.address, timeout=10) as s:
+            s.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+            answer = _recv_all(s)
+        if answer.startswith(b"HTTP/1.0 200") or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert answer.startswith(b"HTTP/1.0 200"), answer
+    _quiet(caplog)
+
+
+def test_idle_connections_do_not_hold_a_slot_past_the_deadline(
+    strict: tuple[HttpServer, Callbacks, Metrics]
+) -> None:
+    server, _, _ = strict
+    idle = [socket.create_connection(server.address, timeout=10) for _ in range(2)]  # say nothing, ever
+    try:
+        time.sleep(1.0 + 0.5)  # the 1 s deadline (+ the serving loop's 50 ms tick, + margin)
+        with socket.create_connection(server.address, timeout=10) as s:
+            s.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+            assert _recv_all(s).startswith(b"HTTP/1.0 200")
+    finally:
+        for s in idle:
+            s.close()
