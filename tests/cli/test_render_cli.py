@@ -17,7 +17,22 @@ IMAGE_JAR = "jarURI: local:///opt/flink/usrlib/x.jar"
 
 
 def k8s_spec(name: str, **kw: Any) -> str:
-    return spec(name, **kw).replace("jarURI: jobs/counter.jar", IMAGE_JAR)
+    """A stateful app Kubernetes can run: a jar in the image, state and HA on durable storage."""
+    durable = f"""\
+  flinkConfiguration:
+    execution.checkpointing.savepoint-dir: s3://bucket/savepoints/{name}
+    execution.checkpointing.dir: s3://bucket/checkpoints/{name}
+  highAvailability:
+    enabled: true
+    storageDir: s3://bucket/ha/{name}
+"""
+    return spec(name, extra=durable, **kw).replace("jarURI: jobs/counter.jar", IMAGE_JAR)
+
+
+def app_objects(app: str) -> list[tuple[str, str]]:
+    return [("ConfigMap", f"{app}-root"), ("ServiceAccount", f"{app}-flink"), ("Role", f"{app}-flink"),
+            ("RoleBinding", f"{app}-flink"), ("ConfigMap", f"{app}-config"), ("Service", f"{app}-jobmanager"),
+            ("Service", f"{app}-rest"), ("Deployment", f"{app}-taskmanager"), ("Deployment", f"{app}-jobmanager")]
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -44,12 +59,7 @@ def test_render_a_directory_of_specs(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert (code, err) == (0, "")
     assert f"# app orders ({tmp_path}/apps/orders.yaml)\n" in out
     assert f"# app clicks ({tmp_path}/apps/team/clicks.yaml)\n" in out
-    assert objects(out) == [
-        ("ConfigMap", "clicks-root"), ("ConfigMap", "clicks-config"), ("Service", "clicks-jobmanager"),
-        ("Service", "clicks-rest"), ("Deployment", "clicks-taskmanager"), ("Deployment", "clicks-jobmanager"),
-        ("ConfigMap", "orders-root"), ("ConfigMap", "orders-config"), ("Service", "orders-jobmanager"),
-        ("Service", "orders-rest"), ("Deployment", "orders-taskmanager"), ("Deployment", "orders-jobmanager"),
-    ]
+    assert objects(out) == app_objects("clicks") + app_objects("orders")
     stamps = {d["metadata"]["annotations"]["flink-reconciler.io/revision"] for d in yaml.safe_load_all(out)}
     assert stamps == {"unversioned"}
 
@@ -59,7 +69,7 @@ def test_render_one_file_and_only_the_apps_asked_for(tmp_path: Path, capsys: pyt
     f.write_text(k8s_spec("a") + "---\n" + k8s_spec("b"))
     code, out, _ = run(capsys, "render", str(f), "--app", "b")
     assert code == 0
-    assert {name for _, name in objects(out)} == {"b-root", "b-config", "b-taskmanager", "b-jobmanager", "b-rest"}
+    assert objects(out) == app_objects("b")
     code, out, err = run(capsys, "render", str(f), "--app", "b", "--app", "nope")
     assert code == 1 and "error: no app named 'nope'" in err
     assert "b-jobmanager" in out
@@ -69,14 +79,13 @@ def test_render_names_the_file_of_each_error_and_renders_the_rest(tmp_path: Path
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "ok.yaml").write_text(k8s_spec("ok"))
     (tmp_path / "typo.yaml").write_text(k8s_spec("typo").replace("parallelism:", "paralelism:"))
-    (tmp_path / "repo-jar.yaml").write_text(spec("repo-jar"))
+    (tmp_path / "repo-jar.yaml").write_text(k8s_spec("repo-jar").replace(IMAGE_JAR, "jarURI: jobs/counter.jar"))
     code, out, err = run(capsys, "render", str(tmp_path))
     assert code == 1
     assert f"{tmp_path}/typo.yaml:10:5 spec.job.paralelism: unknown field 'paralelism'" in err
     assert f"error: {tmp_path}/repo-jar.yaml: app repo-jar spec.job.jarURI: jarURI 'jobs/counter.jar' cannot be " \
            "used on Kubernetes" in err
-    assert {name for _, name in objects(out)} == {"ok-root", "ok-config", "ok-taskmanager", "ok-jobmanager",
-                                                   "ok-rest"}
+    assert objects(out) == app_objects("ok")
 
 
 def test_render_from_stdin(tmp_path: Path) -> None:
