@@ -84,6 +84,18 @@ class LiveApp(Frozen):
     latest_checkpoint: Checkpoint | None = None
     # What the runtime says it deployed (k8s annotation / local cluster metadata), if it says.
     deployed_spec_hash: str | None = None
+    # Evidence of a past, for an app the records forgot (lost disk, new pod): the planner adopts the
+    # app with this state or blocks, never starts it empty. Not part of the fingerprint.
+    stopped_job_id: str | None = None  # the newest job on the cluster, ended (CANCELED/FINISHED/...)
+    stopped_savepoint: Checkpoint | None = None  # the savepoint that job was stopped with
+    stored_savepoint: Checkpoint | None = None  # newest complete savepoint in the app's savepoint dir
+    stored_checkpoint: Checkpoint | None = None  # newest complete retained checkpoint in its checkpoint dir
+    evidence_error: str | None = None  # some evidence could not be read: never read as "no evidence"
+
+    @property
+    def has_evidence(self) -> bool:
+        return any((self.stopped_savepoint, self.stored_savepoint, self.stored_checkpoint, self.latest_checkpoint,
+                    self.evidence_error))
 
     def fingerprint_fields(self) -> dict[str, Any]:
         # Checkpoint paths move every few seconds; they do not make a plan stale.
@@ -103,7 +115,9 @@ class LiveState(Frozen):
         return self.apps.get(name) or LiveApp(name=name, cluster=ClusterPhase.ABSENT)
 
     def fingerprint(self) -> str:
-        body = {n: a.fingerprint_fields() for n, a in sorted(self.apps.items())}
+        # An ABSENT app listed only for its stored evidence fingerprints like an app not listed at all.
+        body = {n: a.fingerprint_fields() for n, a in sorted(self.apps.items())
+                if a.cluster is not ClusterPhase.ABSENT}
         return "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32]
 
 

@@ -261,7 +261,9 @@ class FlinkRestClient:
         latest = body.get("latest") or {}
         completed = latest.get("completed") or {}
         restored = latest.get("restored") or {}
+        savepoint = latest.get("savepoint") or {}
         ack_ms = completed.get("latest_ack_timestamp")
+        sp_ms = savepoint.get("latest_ack_timestamp")
         return CheckpointStats(
             completed_count=int((body.get("counts") or {}).get("completed", 0)),
             latest_completed_id=int(completed["id"]) if "id" in completed else None,
@@ -269,6 +271,8 @@ class FlinkRestClient:
             latest_completed_at=datetime.fromtimestamp(ack_ms / 1000, UTC) if ack_ms else None,
             restored_path=restored.get("external_path") or None,
             restored_is_savepoint=bool(restored["is_savepoint"]) if "is_savepoint" in restored else None,
+            latest_savepoint_path=savepoint.get("external_path") or None,
+            latest_savepoint_at=datetime.fromtimestamp(sp_ms / 1000, UTC) if sp_ms else None,
         )
 
     # -- jars ---------------------------------------------------------------------------------------

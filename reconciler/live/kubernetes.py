@@ -34,7 +34,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from reconciler.clock import Clock
-from reconciler.core.observed import ClusterPhase
+from reconciler.core.observed import Checkpoint, ClusterPhase
 from reconciler.errors import (
     DeadlineExceededError,
     ObserveError,
@@ -577,6 +577,11 @@ class KubernetesRuntime:
         if self.rest_via == "proxy":
             return FlinkRestClient(base, client=self._proxy_client())
         return FlinkRestClient(base)
+
+    def stored_snapshots(self, app: str) -> list[Checkpoint]:
+        """Not listed yet: savepoints live in the app's object store (s3://...), out of this runtime's reach.
+        The finished job's savepoint and its retained checkpoint still come from Flink's REST API."""
+        return []
 
     # ---- helpers ----
     def _rest_url(self, app: str, ns: str) -> str:

@@ -33,12 +33,13 @@ import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 from typing import IO, Any
 
 from reconciler.clock import Clock
-from reconciler.core.observed import ClusterPhase
+from reconciler.core.observed import Checkpoint, ClusterPhase
 from reconciler.core.plan import spec_hash
 from reconciler.errors import DeadlineExceededError, ObserveError, PermanentStepError, RuntimeProvisionError
 from reconciler.live.flink import FlinkRestClient, FlinkRestError
@@ -209,6 +210,26 @@ class LocalRuntime:
         if rec is None:
             raise ObserveError(f"app {app} has no local cluster under {self.paths(app).root}")
         return self._client(rec.rest_url)
+
+    def stored_snapshots(self, app: str) -> list[Checkpoint]:
+        """savepoints/<app>/savepoint-*/ and checkpoints/<app>/<job>/chk-*/ holding a `_metadata` file
+        (an interrupted one has none), newest first by the time `_metadata` was written."""
+        paths = self.paths(app)
+        found: list[Checkpoint] = []
+        try:
+            for pattern, root, is_sp in (("savepoint-*/_metadata", paths.savepoints, True),
+                                         ("*/chk-*/_metadata", paths.checkpoints, False)):
+                if not root.is_dir():
+                    continue
+                for meta in root.glob(pattern):
+                    try:
+                        at = datetime.fromtimestamp(meta.stat().st_mtime, UTC)
+                    except FileNotFoundError:
+                        continue  # disposed of while we looked (savepoint retention)
+                    found.append(Checkpoint(path=f"file:{meta.parent.resolve()}", completed_at=at, is_savepoint=is_sp))
+        except OSError as e:
+            raise ObserveError(f"cannot list the stored savepoints/checkpoints of app {app}: {e}") from e
+        return sorted(found, key=lambda c: c.completed_at, reverse=True)
 
     # -- records ---------------------------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
-"""Observe: runtime clusters + each JobManager's REST API -> the planner's LiveState.
+"""Observe: runtime clusters + each JobManager's REST API + the runtime's storage -> the planner's LiveState.
 
 Failure to observe an app yields ClusterPhase.UNKNOWN for that app (never ABSENT), so the planner
-cannot mistake "could not look" for "nothing runs" and plan a create or a delete from it.
+cannot mistake "could not look" for "nothing runs" and plan a create or a delete from it. The same
+holds for the evidence of an app's past (a stopped job's savepoint, stored savepoints and retained
+checkpoints): storage that cannot be read is `evidence_error`, never "no evidence".
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from reconciler.errors import ReconcilerError
 from reconciler.live.ports import ClusterInfo, JobSummary, Runtime
 
 _TERMINAL = {"CANCELED", "FINISHED", "FAILED", "SUSPENDED"}
+_STOPPED = ("CANCELED", "FINISHED", "SUSPENDED")
 
 
 def pick_job(jobs: Iterable[JobSummary]) -> JobSummary | None:
@@ -41,16 +44,40 @@ def observe_app(runtime: Runtime, info: ClusterInfo) -> LiveApp:
     if stats.latest_completed_path and stats.latest_completed_at:
         ckpt = Checkpoint(path=stats.latest_completed_path, completed_at=stats.latest_completed_at)
     phase = job_phase(job.state, job.tasks_running, job.tasks_total, job.tasks_finished)
-    if job.state.upper() in ("CANCELED", "FINISHED", "SUSPENDED"):
-        phase = JobPhase.STOPPED
-    return base.model_copy(update={"job_id": job.job_id, "flink_state": job.state, "job": phase,
-                                   "latest_checkpoint": ckpt})
+    update: dict[str, object] = {"job_id": job.job_id, "flink_state": job.state, "job": phase,
+                                 "latest_checkpoint": ckpt}
+    state = job.state.upper()
+    if state in _STOPPED:
+        update["job"] = JobPhase.STOPPED
+        update["stopped_job_id"] = job.job_id
+        if stats.latest_savepoint_path and stats.latest_savepoint_at:
+            update["stopped_savepoint"] = Checkpoint(path=stats.latest_savepoint_path,
+                                                     completed_at=stats.latest_savepoint_at, is_savepoint=True)
+        if state == "FINISHED":
+            # A retained checkpoint is discarded when its job FINISHES (stop-with-savepoint): only
+            # CANCELED/FAILED/SUSPENDED jobs leave one behind (RETAIN_ON_CANCELLATION).
+            update["latest_checkpoint"] = None
+    return base.model_copy(update=update)
+
+
+def with_stored_evidence(runtime: Runtime, app: LiveApp) -> LiveApp:
+    """Add the newest stored savepoint and retained checkpoint (for an app with no live job only:
+    that is when a restore point has to be chosen)."""
+    try:
+        stored = runtime.stored_snapshots(app.name)
+    except ReconcilerError as e:
+        return app.model_copy(update={"evidence_error": str(e)})
+    sp = next((c for c in stored if c.is_savepoint), None)
+    ck = next((c for c in stored if not c.is_savepoint), None)
+    return app.model_copy(update={"stored_savepoint": sp, "stored_checkpoint": ck})
 
 
 def observe(runtime: Runtime | None, names: Iterable[str]) -> LiveState:
-    """One list call for every cluster, then REST only for the clusters that are up.
+    """One list call for every cluster, then REST only for the clusters that are up, and the runtime's
+    storage for apps without a live job.
 
-    A stopped job (CANCELED/FINISHED) on a live cluster counts as no job: the planner starts one."""
+    A stopped job (CANCELED/FINISHED) on a live cluster counts as no job (the planner starts one), but
+    what it leaves behind is kept as evidence: its id, the savepoint it stopped with, its checkpoint."""
     if runtime is None:  # dry run: an empty runtime
         return LiveState(apps={})
     try:
@@ -62,10 +89,12 @@ def observe(runtime: Runtime | None, names: Iterable[str]) -> LiveState:
     apps = {}
     for name in sorted(wanted):
         info = clusters.get(name)
-        if info is None:
-            continue  # absent: LiveState.get() answers ABSENT
-        app = observe_app(runtime, info)
+        app = observe_app(runtime, info) if info is not None else LiveApp(name=name, cluster=ClusterPhase.ABSENT)
         if app.job is JobPhase.STOPPED:
             app = app.model_copy(update={"job_id": None, "job": JobPhase.NONE, "flink_state": None})
+        if app.cluster is not ClusterPhase.UNKNOWN and app.job_id is None:
+            app = with_stored_evidence(runtime, app)
+        if app.cluster is ClusterPhase.ABSENT and not app.has_evidence:
+            continue  # absent: LiveState.get() answers ABSENT
         apps[name] = app
     return LiveState(apps=apps, complete=all(a.cluster is not ClusterPhase.UNKNOWN for a in apps.values()))

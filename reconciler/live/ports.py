@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from reconciler.core.observed import ClusterPhase
+from reconciler.core.observed import Checkpoint, ClusterPhase
 from reconciler.spec.model import FlinkApp
 
 
@@ -42,6 +42,10 @@ class CheckpointStats:
     latest_completed_at: datetime | None  # when it completed (UTC)
     restored_path: str | None
     restored_is_savepoint: bool | None
+    # `latest.savepoint`: Flink lists savepoints apart from checkpoints; for a job ended by
+    # stop-with-savepoint this is the savepoint it stopped with.
+    latest_savepoint_path: str | None = None
+    latest_savepoint_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -128,4 +132,10 @@ class Runtime(Protocol):
 
     def flink(self, app: str) -> FlinkApi:
         """The REST client of the app's JobManager."""
+        ...
+
+    def stored_snapshots(self, app: str) -> list[Checkpoint]:
+        """Complete savepoints and retained checkpoints of `app` in its storage, newest first: the
+        evidence of a past that outlives the cluster and the records. Raises ObserveError when the
+        storage cannot be read (never answers [] for "could not look")."""
         ...

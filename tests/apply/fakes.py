@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from reconciler.clock import FakeClock
-from reconciler.core.observed import ClusterPhase
+from reconciler.core.observed import Checkpoint, ClusterPhase
 from reconciler.core.plan import spec_hash
 from reconciler.errors import (
     DeadlineExceededError,
@@ -407,6 +407,9 @@ class FakeRuntime:
 
     def list_clusters(self) -> dict[str, ClusterInfo]:
         return {a: self.observe(a) for a in self.clusters}
+
+    def stored_snapshots(self, app: str) -> list[Checkpoint]:
+        return []  # the fake keeps no storage apart from its jobs
 
     def observe(self, app: str) -> ClusterInfo:
         c = self.clusters.get(app)
