@@ -15,7 +15,6 @@ from typing import Literal
 
 from reconciler.core.diff import diff, highest_class
 from reconciler.core.observed import (
-    Checkpoint,
     ClusterPhase,
     JobPhase,
     LiveApp,
@@ -46,7 +45,7 @@ from reconciler.core.plan import (
 )
 from reconciler.errors import SpecError
 from reconciler.spec.load import LoadResult
-from reconciler.spec.model import ChangeClass, DeletionPolicy, FlinkApp, JobState, UpgradeMode
+from reconciler.spec.model import ChangeClass, Deadlines, DeletionPolicy, FlinkApp, JobState, UpgradeMode
 
 CHECKPOINT_INTERVAL_KEY = "execution.checkpointing.interval"
 OFFLINE_JOB_ID = "<running job>"  # offline previews do not know the live job id
@@ -87,12 +86,15 @@ class PlanInput:
 def plan(inp: PlanInput, only: Collection[str] | None = None) -> Plan:
     """Plan every app, or only the apps in `only` (the incremental path: files changed in one push).
 
-    The mass-deletion guard always counts the whole repository, whatever `only` says."""
-    names = set(inp.desired.apps) | set(inp.previous) | _erroring_apps(inp.desired)
+    The mass-deletion guard always counts the whole repository, whatever `only` says, orphans included."""
+    orphans = _orphans(inp)
+    names = set(inp.desired.apps) | set(inp.previous) | _erroring_apps(inp.desired) | orphans
     deletions = [n for n in set(inp.previous) - set(inp.desired.apps) if not _source_broken(n, inp)]
-    guard = _mass_delete_guard(len(deletions), inp)
+    deployed = set(inp.previous) | {n for n, a in inp.live.apps.items() if a.cluster is not ClusterPhase.ABSENT}
+    guard = _mass_delete_guard(len(deletions) + len(orphans), len(deployed), inp)
     selected = sorted(names if only is None else names & set(only))
-    apps = tuple(_plan_app(name, inp, guard) for name in selected)
+    apps = tuple(_plan_orphan(name, inp, guard) if name in orphans else _plan_app(name, inp, guard)
+                 for name in selected)
     return Plan(
         revision=inp.revision,
         base_revision=inp.base_revision,
@@ -114,17 +116,26 @@ def _source_broken(name: str, inp: PlanInput) -> bool:
     )
 
 
-def _mass_delete_guard(n_deletions: int, inp: PlanInput) -> str | None:
-    known = len(inp.previous)
+def _orphans(inp: PlanInput) -> set[str]:
+    """Clusters the runtime manages with no spec in Git and no record: apps deleted from Git while the
+    records were lost. Nothing else says they existed, so they are planned from the live view."""
+    known = set(inp.desired.apps) | set(inp.previous) | _erroring_apps(inp.desired)
+    return {n for n, a in inp.live.apps.items()
+            if a.cluster is not ClusterPhase.ABSENT and n not in known and not _source_broken(n, inp)}
+
+
+def _mass_delete_guard(n_deletions: int, known: int, inp: PlanInput) -> str | None:
     if n_deletions == 0 or inp.policy.allow_mass_delete or not inp.policy.prune:
         return None
     if not inp.desired.apps and not inp.desired.errors:
         return (f"refusing to delete: revision {inp.revision[:12]} has no app specs at all while {known} "
-                "app(s) are deployed (empty checkout or wrong path?). Nothing is deleted.")
+                "app(s) are deployed (empty checkout or wrong path?). Nothing is deleted. If every app really "
+                "is to go, run `flink-reconciler apply --prune --allow-mass-delete` once.")
     if n_deletions >= inp.policy.mass_delete_min and n_deletions > inp.policy.mass_delete_fraction * known:
         return (f"refusing to delete {n_deletions} of {known} apps at once (mass-deletion guard, threshold "
-                f"{inp.policy.mass_delete_fraction:.0%}). If intended, delete them in smaller commits or run "
-                "with `apply --allow-mass-delete`.")
+                f"{inp.policy.mass_delete_fraction:.0%}). If intended, delete them in smaller commits, run "
+                "`flink-reconciler apply --prune --allow-mass-delete` once, or raise the daemon's "
+                "mass_delete_threshold (FLINK_RECONCILER_MASS_DELETE_THRESHOLD).")
     return None
 
 
@@ -134,10 +145,15 @@ def _plan_app(name: str, inp: PlanInput, guard: str | None) -> AppPlan:
     live = inp.live.get(name)
     errors = [e for e in inp.desired.errors if e.app == name]
     if errors or (desired is None and _source_broken(name, inp)):
-        where = "; ".join(str(e) for e in errors) or (
-            f"{inp.previous_sources.get(name)} has errors (see above)")
-        return AppPlan(app=name, action=Action.ERROR, source_file=_src(name, inp),
-                       reason=f"{where} (invalid spec: the app is left as it is)")
+        if errors:
+            reason = "; ".join(str(e) for e in errors) + " (invalid spec: the app is left as it is)"
+        else:
+            src = inp.previous_sources.get(name)
+            in_file = [str(e) for e in inp.desired.errors if e.file == src]
+            reason = (f"{src} could not be read or no longer holds app {name}"
+                      + (f" ({'; '.join(in_file[:2])})" if in_file else "")
+                      + ": the app is left as it is until the file is fixed")
+        return AppPlan(app=name, action=Action.ERROR, source_file=_src(name, inp), reason=reason)
     if desired is None:
         assert previous is not None
         return _plan_delete(name, previous, live, inp, guard)
@@ -192,6 +208,43 @@ def _plan_delete(name: str, previous: FlinkApp, live: LiveApp, inp: PlanInput, g
                    steps=tuple(steps))
 
 
+def _plan_orphan(name: str, inp: PlanInput, guard: str | None) -> AppPlan:
+    """A managed cluster that neither Git nor the records know: deleted from Git while the records were
+    lost. Deleted only with prune on, through the guard, and never without a final savepoint."""
+    live = inp.live.get(name)
+    base = {"app": name}
+    what = f"a cluster of app {name} exists but Git has no spec and there is no record of it"
+    if not inp.policy.prune:
+        return AppPlan(**base, action=Action.NOOP,
+                       reason=f"{what}; pruning is disabled, so it is left running (add its spec back to manage "
+                              "it, or enable prune to delete it after a final savepoint)")
+    if guard:
+        return AppPlan(**base, action=Action.BLOCKED, reason=guard)
+    if live.cluster is ClusterPhase.UNKNOWN:
+        return AppPlan(**base, action=Action.BLOCKED,
+                       reason=f"{what}, and it could not be observed ({live.cluster_message}); deletion waits "
+                              "until it can take a final savepoint")
+    d = Deadlines()
+    steps: list[Step] = []
+    if live.cluster is not ClusterPhase.READY or (live.job_id and live.job is not JobPhase.RUNNING):
+        state = (f"job {live.job_id} is {live.flink_state}" if live.job_id
+                 else f"the cluster is {live.cluster.value} ({live.cluster_message or 'no detail'})")
+        return AppPlan(**base, action=Action.BLOCKED,
+                       reason=f"{what}; {state}, so no final savepoint can be taken. Wait for it to recover, add "
+                              "its spec back to Git to repair it, or delete the cluster by hand if it is not wanted "
+                              "(retained checkpoints stay in storage).")
+    if live.job_id:
+        steps.append(StopWithSavepoint(job_id=live.job_id, deadline_s=_s(d.savepoint)))
+        reason = f"{what} (pruning is on): final savepoint, then delete the cluster"
+    else:
+        kept = live.stopped_savepoint
+        reason = f"{what} (pruning is on): no job runs on it, delete the cluster" + (
+            f" (the savepoint its last job stopped with, {kept.path}, is kept)" if kept else "")
+    steps.append(DeleteCluster(deadline_s=_s(d.delete)))
+    return AppPlan(**base, action=Action.DELETE, reason=reason,
+                   risks=(f"DELETES APP {name}: no spec in Git and no record of it",), steps=tuple(steps))
+
+
 # ---------------------------------------------------------------------------------------------------
 # create / upgrade / scale / suspend / resume / restart / repair
 
@@ -242,14 +295,18 @@ def _plan_present(
     blocked = _failed_before(ctx)
     running = live.job in (JobPhase.RUNNING, JobPhase.STARTING)
 
-    if previous is None:
+    if previous is None:  # first sight: no spec of it was ever applied, as far as the records know
         if live.job_id and running:
+            if not want_running:
+                return blocked or _suspend(ctx)
             if live.deployed_spec_hash == desired.spec_hash:
                 return ctx.app_plan(Action.NOOP, "already running this spec (adopted)")
             return blocked or _upgrade(ctx, "a running job not in our records: redeploying the desired spec "
                                             "from a savepoint of it")
         if not want_running:
             return ctx.app_plan(Action.NOOP, "new app with state: suspended; nothing to start")
+        if live.job_id:  # a failing job nobody recorded: replaced, from its state (or blocked)
+            return blocked or _upgrade(ctx, f"a job not in our records is {live.flink_state}: replacing it")
         return blocked or _create(ctx)
 
     was_running = previous.spec.job.state is JobState.RUNNING
@@ -332,66 +389,143 @@ def _start_steps(ctx: _Ctx, restore: Restore, job_id: str, spec: SpecRef = SpecR
 
 
 def _create(ctx: _Ctx) -> AppPlan:
-    rec = ctx.inp.records.get(ctx.name)
+    """First sight of an app. It starts empty only when nothing anywhere shows it had state: records,
+    a stopped job on its cluster, stored savepoints and retained checkpoints are all asked first."""
     initial = ctx.desired.spec.job.initial_savepoint_path
-    last = rec.latest_savepoint if rec else None
-    risks: tuple[str, ...] = ()
+    live = ctx.live
     if initial:
-        restore, reason = Restore(kind=RestoreKind.PATH, path=initial), f"new app, from initialSavepointPath {initial}"
-    elif last and ctx.desired.spec.job.upgrade_mode is not UpgradeMode.STATELESS:
-        # The app existed before (deleted with a final savepoint): never silently start it empty.
-        restore = Restore(kind=RestoreKind.PATH, path=last.path)
-        reason = f"re-created app, from its last savepoint {last.path} ({last.taken_at:%Y-%m-%d %H:%M} UTC)"
+        return ctx.app_plan(Action.CREATE, f"new app, from initialSavepointPath {initial}",
+                            steps=tuple(_start_steps(ctx, Restore(kind=RestoreKind.PATH, path=initial), ctx.job_id)))
+    if live.cluster is ClusterPhase.STARTING:
+        return ctx.app_plan(Action.NOOP, f"no record of this app, and its existing cluster is still starting "
+                                         f"({live.cluster_message or 'no detail'}): its jobs and checkpoints cannot "
+                                         "be read yet, so nothing is started until they can")
+    if live.cluster is ClusterPhase.FAILED:
+        return ctx.app_plan(Action.BLOCKED, f"no record of this app, and its existing cluster is failing "
+                                            f"({live.cluster_message or 'no detail'}): its jobs and checkpoints "
+                                            "cannot be read, so the state to adopt is unknown. To proceed: fix or "
+                                            "delete that cluster, or set spec.job.initialSavepointPath to the "
+                                            "savepoint to start from.")
+    what = "no record of this app" if ctx.inp.records.get(ctx.name) is None else "no applied spec of this app on record"
+    found = _restore_when_not_running(ctx, what, trust_savepoints=True)
+    if isinstance(found, AppPlan):
+        return found
+    restore, risks, src = found
+    if src is not None:
+        reason = f"adopted: restoring from {src.describe()} ({what})"
+    elif risks:
+        reason = "new app (stateless): the state found is not used"
     else:
-        restore, reason = NO_STATE, "new app"
-        if last:
-            risks = (f"STARTS WITHOUT STATE: upgradeMode stateless; the last savepoint {last.path} is not used",)
+        reason = "new app, from empty state: no record, savepoint or checkpoint of it anywhere"
     return ctx.app_plan(Action.CREATE, reason, risks=risks, steps=tuple(_start_steps(ctx, restore, ctx.job_id)))
 
 
-def _restore_when_not_running(ctx: _Ctx, what: str) -> tuple[Restore, tuple[str, ...]] | AppPlan:
-    """No savepoint can be taken (job not running): the upgradeMode decides, else a human does."""
-    mode = ctx.desired.spec.job.upgrade_mode
+@dataclass(frozen=True)
+class _Found:
+    """A restore point found in the records, on the app's cluster or in its storage."""
+
+    path: str
+    at: datetime
+    is_savepoint: bool
+    source: str  # what it is, said in reasons and instructions
+    exact: bool = False  # the final state of the last job (the savepoint it was stopped with)
+
+    def describe(self) -> str:
+        return f"{self.source} {self.path} ({self.at:%Y-%m-%d %H:%M} UTC)"
+
+
+def _found(ctx: _Ctx) -> list[_Found]:
+    """Every restore point the planner can see, newest first."""
+    live = ctx.live
     rec = ctx.inp.records.get(ctx.name)
-    ckpt = ctx.live.latest_checkpoint
+    out: list[_Found] = []
     sp = rec.latest_savepoint if rec else None
+    if sp:
+        out.append(_Found(sp.path, sp.taken_at, sp.kind != "checkpoint", f"its last {sp.kind} on record"))
+    if live.stopped_savepoint:
+        c = live.stopped_savepoint
+        out.append(_Found(c.path, c.completed_at, True, f"the savepoint job {live.stopped_job_id} stopped with",
+                          exact=True))
+    if live.stored_savepoint:
+        c = live.stored_savepoint
+        out.append(_Found(c.path, c.completed_at, True, "the newest savepoint in its savepoint directory"))
+    if live.latest_checkpoint:
+        c = live.latest_checkpoint
+        job = live.job_id or live.stopped_job_id
+        out.append(_Found(c.path, c.completed_at, c.is_savepoint,
+                          f"the latest checkpoint of job {job}" if job else "the latest checkpoint"))
+    if live.stored_checkpoint:
+        c = live.stored_checkpoint
+        out.append(_Found(c.path, c.completed_at, False, "the newest retained checkpoint in its checkpoint directory"))
+    return sorted(out, key=lambda f: f.at, reverse=True)
+
+
+def _restore_when_not_running(ctx: _Ctx, what: str, *, trust_savepoints: bool = False
+                              ) -> tuple[Restore, tuple[str, ...], _Found | None] | AppPlan:
+    """No savepoint can be taken (no job runs): the newest state found and the upgradeMode decide,
+    else a human does.
+
+    A savepoint is the restore point when it is newer than every checkpoint and is either exact (the
+    savepoint the last job stopped with) or trusted: on first sight and on resume it is the newest
+    state there is. For a job that ran since (repair), an older savepoint would silently rewind it,
+    so savepoint mode restores only from a checkpoint younger than maxCheckpointAge, or blocks."""
+    mode = ctx.desired.spec.job.upgrade_mode
+    live = ctx.live
+    found = _found(ctx)
+    first_sight = ctx.previous is None
     if mode is UpgradeMode.STATELESS:
-        return NO_STATE, (f"STARTS WITHOUT STATE: upgradeMode stateless ({what})",)
-    newest: Checkpoint | None = ckpt
-    if sp and (ckpt is None or sp.taken_at >= ckpt.completed_at):
-        newest = Checkpoint(path=sp.path, completed_at=sp.taken_at, is_savepoint=True)
+        ignored = ([f"ignores {found[0].describe()}"] if found else []) + (
+            [f"ignores state it could not read ({live.evidence_error})"] if live.evidence_error else [])
+        if first_sight and not ignored:
+            return NO_STATE, (), None
+        return NO_STATE, ("; ".join([f"STARTS WITHOUT STATE: upgradeMode stateless ({what})", *ignored]),), None
+    if live.evidence_error:
+        return ctx.app_plan(Action.BLOCKED, f"{what}, and its stored savepoints/checkpoints could not be read "
+                                            f"({live.evidence_error}): nothing is started until they can be, so no "
+                                            "state is dropped. To proceed: fix that access, or set "
+                                            "spec.job.initialSavepointPath to the savepoint to start from.")
+    if first_sight and not found:
+        return NO_STATE, (), None  # no trace of any state: a new app
+    trusted = trust_savepoints or mode is UpgradeMode.LAST_STATE
+    savepoints = [f for f in found if f.is_savepoint and (f.exact or trusted)]
+    checkpoints = [f for f in found if not f.is_savepoint]
+    sp = savepoints[0] if savepoints else None
+    ckpt = checkpoints[0] if checkpoints else None
+    if sp and (ckpt is None or sp.at >= ckpt.at):
+        return Restore(kind=RestoreKind.PATH, path=sp.path), (), sp
     if mode is UpgradeMode.LAST_STATE:
-        if newest:
-            return Restore(kind=RestoreKind.PATH, path=newest.path), ()
+        if ckpt:
+            return Restore(kind=RestoreKind.PATH, path=ckpt.path), (), ckpt
         return _blocked_no_state(ctx, what, "no retained checkpoint or savepoint exists")
     # savepoint mode: a checkpoint is acceptable only when young enough.
     max_age = ctx.desired.spec.job.max_checkpoint_age
     if ckpt and max_age is not None:
-        age = ctx.inp.now - ckpt.completed_at
+        age = ctx.inp.now - ckpt.at
         if age <= max_age:
             return Restore(kind=RestoreKind.PATH, path=ckpt.path), (
                 f"RESTORES FROM CHECKPOINT {ckpt.path} ({_age(age)} old, within maxCheckpointAge "
-                f"{_age(max_age)}): {what}, so no savepoint can be taken",)
+                f"{_age(max_age)}): {what}, so no savepoint can be taken",), ckpt
     if ckpt:
-        why = f"the latest checkpoint is {_age(ctx.inp.now - ckpt.completed_at)} old" + (
+        why = f"the latest checkpoint is {_age(ctx.inp.now - ckpt.at)} old" + (
             f", older than maxCheckpointAge {_age(max_age)}" if max_age else " and maxCheckpointAge is unset")
     else:
         why = "there is no retained checkpoint"
-    return _blocked_no_state(ctx, what, why, savepoint=sp.path if sp else None, ckpt=ckpt)
+    newest_sp = next((f for f in found if f.is_savepoint), None)
+    return _blocked_no_state(ctx, what, why, savepoint=newest_sp.path if newest_sp else None, ckpt=ckpt)
 
 
 def _blocked_no_state(ctx: _Ctx, what: str, why: str, savepoint: str | None = None,
-                      ckpt: Checkpoint | None = None) -> AppPlan:
+                      ckpt: _Found | None = None) -> AppPlan:
     options = []
     if ckpt:
-        options.append(f"set spec.job.maxCheckpointAge above {_age(ctx.inp.now - ckpt.completed_at)} to restore "
+        options.append(f"set spec.job.maxCheckpointAge above {_age(ctx.inp.now - ckpt.at)} to restore "
                        f"from checkpoint {ckpt.path}")
     if savepoint:
         options.append(f"set spec.job.initialSavepointPath: {savepoint} and bump spec.job.savepointRedeployNonce "
                        "to restore from the last savepoint")
-    options.append("or set spec.job.upgradeMode: stateless and bump restartNonce to start with empty state")
+    options.append("set spec.job.upgradeMode: stateless and bump restartNonce to start with empty state")
     return ctx.app_plan(Action.BLOCKED, f"{what} and upgradeMode is {ctx.desired.spec.job.upgrade_mode.value}: {why}. "
-                                        "To proceed: " + "; ".join(options) + ".")
+                                        "To proceed: " + "; or ".join(options) + ".")
 
 
 def _upgrade(ctx: _Ctx, reason: str, action: Action | None = None) -> AppPlan:
@@ -413,8 +547,12 @@ def _upgrade(ctx: _Ctx, reason: str, action: Action | None = None) -> AppPlan:
         found = _restore_when_not_running(ctx, f"job {job} is {live.flink_state or 'not running'}")
         if isinstance(found, AppPlan):
             return found
-        restore, risks = found
+        restore, risks, src = found
         first = CancelJob(job_id=job, deadline_s=sp_deadline)
+        if src is not None:
+            reason += f" (from {src.describe()})"
+        elif restore.kind is RestoreKind.NONE and not risks:
+            reason += " (from empty state: no savepoint or checkpoint of it anywhere)"
     steps = [first, *_start_steps(ctx, restore, ctx.job_id)]
     rollback: tuple[Step, ...] = ()
     if ctx.previous is not None:
@@ -449,25 +587,31 @@ def _resume(ctx: _Ctx) -> AppPlan:
     if sp:
         return ctx.app_plan(Action.RESUME, f"resume from the savepoint taken at suspend ({sp.path})",
                             steps=tuple(_start_steps(ctx, Restore(kind=RestoreKind.PATH, path=sp.path), ctx.job_id)))
-    found = _restore_when_not_running(ctx, "resuming a suspended app with no recorded savepoint")
+    # The record lost its savepoint: the suspend savepoint is still the newest state wherever it is found.
+    found = _restore_when_not_running(ctx, "resuming a suspended app with no recorded savepoint",
+                                      trust_savepoints=True)
     if isinstance(found, AppPlan):
         return found
-    return ctx.app_plan(Action.RESUME, "resume", risks=found[1], steps=tuple(_start_steps(ctx, found[0], ctx.job_id)))
+    restore, risks, src = found
+    reason = f"resume from {src.describe()} (no savepoint recorded)" if src else "resume"
+    return ctx.app_plan(Action.RESUME, reason, risks=risks, steps=tuple(_start_steps(ctx, restore, ctx.job_id)))
 
 
 def _repair(ctx: _Ctx) -> AppPlan:
     live = ctx.live
     what = (f"job {live.job_id} is {live.flink_state}" if live.job_id
-            else "the cluster is gone" if live.cluster is ClusterPhase.ABSENT else "no job is running")
+            else "the cluster is gone" if live.cluster is ClusterPhase.ABSENT
+            else f"job {live.stopped_job_id} has ended" if live.stopped_job_id else "no job is running")
     found = _restore_when_not_running(ctx, what)
     if isinstance(found, AppPlan):
         return found
-    restore, risks = found
+    restore, risks, src = found
     steps: list[Step] = []
     if live.job_id and live.job is JobPhase.FAILING:
         steps.append(CancelJob(job_id=live.job_id, deadline_s=_deadlines(ctx)[0]))
     steps.extend(_start_steps(ctx, restore, ctx.job_id))
-    return ctx.app_plan(Action.REPAIR, f"drift: {what}; restarting from {restore.describe()}",
+    origin = src.describe() if src else restore.describe()
+    return ctx.app_plan(Action.REPAIR, f"drift: {what}; restarting from {origin}",
                         risks=risks, steps=tuple(steps))
 
 

@@ -8,11 +8,20 @@ from typing import Any
 
 import pytest
 
-from reconciler.core.observed import ClusterPhase, JobPhase, LiveApp, Outcome
-from reconciler.core.plan import Action, AppPlan, RestoreKind, StartJob, deterministic_job_id, spec_hash
+from reconciler.core.observed import Checkpoint, ClusterPhase, JobPhase, LiveApp, Outcome
+from reconciler.core.plan import (
+    Action,
+    AppPlan,
+    CancelJob,
+    RestoreKind,
+    StartJob,
+    deterministic_job_id,
+    spec_hash,
+)
 from reconciler.core.planner import Desired, PlanInput, Policy, plan
 from reconciler.errors import SpecError
 from tests.core.builders import (
+    NOW,
     REV,
     absent,
     app,
@@ -37,6 +46,7 @@ class Row:
     risk: str | None = None  # substring of a risk line; None: no risks at all
     reason: str | None = None  # substring of the reason
     rollback: tuple[str, ...] = ()
+    path: str | None = None  # restore path of the (first) StartJob
 
 
 def mode(m: str, **kw: Any) -> dict[str, Any]:
@@ -47,9 +57,46 @@ P1 = app()
 P2 = app(job={"parallelism": 2})
 START = ("EnsureCluster", "StartJob", "AwaitRunning")
 ROLLBACK = ("EnsureCluster", "StartJob", "AwaitRunning")
+SUSPENDED = app(job={"state": "suspended"})
+
+# Evidence of a past, as observe() reports it for an app the records forgot.
+STORED_SP = "file:/state/savepoints/orders/savepoint-aaaaaa-1"
+STOPPED_SP = "file:/state/savepoints/orders/savepoint-bbbbbb-2"
+STORED_CK = "file:/state/checkpoints/orders/cccccc/chk-9"
+
+
+def point(path: str, age: timedelta, *, savepoint: bool = True) -> Checkpoint:
+    return Checkpoint(path=path, completed_at=NOW - age, is_savepoint=savepoint)
+
+
+def gone(*, stored_sp: timedelta | None = None, stored_ck: timedelta | None = None,
+         error: str | None = None) -> LiveApp:
+    """No cluster (suspended, or removed with the records): only the app's storage speaks."""
+    return LiveApp(name="orders", cluster=ClusterPhase.ABSENT,
+                   stored_savepoint=point(STORED_SP, stored_sp) if stored_sp is not None else None,
+                   stored_checkpoint=point(STORED_CK, stored_ck, savepoint=False) if stored_ck is not None else None,
+                   evidence_error=error)
+
+
+def stopped(*, sp_age: timedelta | None = timedelta(minutes=2), ckpt_age: timedelta | None = None,
+            stored_sp: timedelta | None = None) -> LiveApp:
+    """A live cluster whose job ended (e.g. stop-with-savepoint, then the reconciler died): no job runs."""
+    return LiveApp(name="orders", cluster=ClusterPhase.READY, stopped_job_id="s" * 32,
+                   stopped_savepoint=point(STOPPED_SP, sp_age) if sp_age is not None else None,
+                   latest_checkpoint=point("file:/ck/chk-3", ckpt_age, savepoint=False) if ckpt_age is not None
+                   else None,
+                   stored_savepoint=point(STORED_SP, stored_sp) if stored_sp is not None else None)
+
+
+def cluster(phase: ClusterPhase, message: str = "JobManager pod CrashLoopBackOff") -> LiveApp:
+    return LiveApp(name="orders", cluster=phase, cluster_message=message)
+
+
+PRUNE = Policy(prune=True)
+OTHER = app("other")
 
 ROWS = [
-    Row("create", inp([P1]), Action.CREATE, START, "none", reason="new app"),
+    Row("create", inp([P1]), Action.CREATE, START, "none", reason="new app, from empty state"),
     Row("create with checkpointing waits for a checkpoint", inp([app(**CKPT)]), Action.CREATE,
         (*START, "AwaitHealthy"), "none"),
     Row("create from initialSavepointPath", inp([app(job={"initialSavepointPath": "file:///sp/x"})]),
@@ -139,6 +186,89 @@ ROWS = [
         Action.DELETE, ("ForgetApp",)),
     Row("mass-deletion guard: empty tree", inp([], [P1], [running()], policy=Policy(prune=True)),
         Action.BLOCKED, reason="no app specs at all"),
+    # --- first sight of an app with a past (no record, or a record without an applied spec) ---
+    Row("first sight: suspended app, records lost, its suspend savepoint in storage",
+        inp([P1], live=[gone(stored_sp=timedelta(hours=3))]), Action.CREATE, START, "path", path=STORED_SP,
+        reason="adopted: restoring from the newest savepoint in its savepoint directory"),
+    Row("first sight: a job stopped with a savepoint on the live cluster (crash mid-upgrade)",
+        inp([P1], live=[stopped()]), Action.CREATE, START, "path", path=STOPPED_SP,
+        reason=f"the savepoint job {'s' * 32} stopped with"),
+    Row("first sight: the newest evidence wins (stored savepoint newer than the stopped job's)",
+        inp([P1], live=[stopped(sp_age=timedelta(hours=5), stored_sp=timedelta(minutes=1))]),
+        Action.CREATE, START, "path", path=STORED_SP),
+    Row("first sight: a recorded savepoint newer than the stored one",
+        inp([P1], live=[gone(stored_sp=timedelta(days=9))], records=[record(savepoint_age=timedelta(days=3))]),
+        Action.CREATE, START, "path", path="file:///sp/orders/savepoint-1", reason="last savepoint on record"),
+    Row("first sight: savepoint mode, young retained checkpoint newer than any savepoint",
+        inp([app(job={"maxCheckpointAge": "10m"})], live=[gone(stored_sp=timedelta(hours=2),
+                                                               stored_ck=timedelta(minutes=4))]),
+        Action.CREATE, START, "path", path=STORED_CK, risk="RESTORES FROM CHECKPOINT"),
+    Row("first sight: savepoint mode, old checkpoint newer than the savepoint: blocked with instructions",
+        inp([P1], live=[gone(stored_sp=timedelta(days=2), stored_ck=timedelta(hours=2))]), Action.BLOCKED,
+        reason=f"set spec.job.maxCheckpointAge above 2h00m to restore from checkpoint {STORED_CK}; or set "
+               f"spec.job.initialSavepointPath: {STORED_SP}"),
+    Row("first sight: last-state takes the newest retained checkpoint",
+        inp([app(**mode(LAST_STATE))], live=[gone(stored_sp=timedelta(days=2), stored_ck=timedelta(hours=2))]),
+        Action.CREATE, START, "path", path=STORED_CK),
+    Row("first sight: stateless starts empty and names the state it ignores",
+        inp([app(**mode(STATELESS))], live=[gone(stored_sp=timedelta(hours=1))]), Action.CREATE, START, "none",
+        risk=f"ignores the newest savepoint in its savepoint directory {STORED_SP}"),
+    Row("first sight: initialSavepointPath wins over the evidence",
+        inp([app(job={"initialSavepointPath": "file:///sp/chosen"})], live=[stopped()]), Action.CREATE, START,
+        "path", path="file:///sp/chosen"),
+    Row("first sight: storage that could not be read blocks, never starts empty",
+        inp([P1], live=[gone(error="permission denied: /state/savepoints/orders")]), Action.BLOCKED,
+        reason="could not be read (permission denied"),
+    Row("first sight: unobservable cluster changes nothing",
+        inp([P1], live=[cluster(ClusterPhase.UNKNOWN, "connection refused")]), Action.NOOP,
+        reason="live state unknown"),
+    Row("first sight: failing cluster whose jobs cannot be read is blocked",
+        inp([P1], live=[cluster(ClusterPhase.FAILED)]), Action.BLOCKED, reason="CrashLoopBackOff"),
+    Row("first sight: starting cluster waits", inp([P1], live=[cluster(ClusterPhase.STARTING, "1/2 TaskManagers")]),
+        Action.NOOP, reason="still starting"),
+    Row("first sight: a failed job nobody recorded, with a young checkpoint, is replaced from it",
+        inp([app(**mode(LAST_STATE))], live=[failed(ckpt_age=timedelta(minutes=3))]), Action.UPGRADE,
+        ("CancelJob", *START), "path", path="file:///ckpt/orders/chk-7"),
+    Row("first sight: a failed job with no state anywhere is replaced by a new one",
+        inp([P1], live=[failed()]), Action.UPGRADE, ("CancelJob", *START), "none"),
+    Row("first sight: a running job nobody recorded, Git says suspended: savepoint and suspend",
+        inp([SUSPENDED], live=[running()]), Action.SUSPEND, ("StopWithSavepoint", "DeleteCluster")),
+    # --- resume / repair when the record lost its savepoint ---
+    Row("resume: the record lost its savepoint, the suspend savepoint is in storage",
+        inp([P1], [SUSPENDED], [gone(stored_sp=timedelta(hours=5))]), Action.RESUME, START, "path", path=STORED_SP,
+        reason="resume from the newest savepoint in its savepoint directory"),
+    Row("resume: a checkpoint newer than the stored savepoint, savepoint mode: blocked",
+        inp([P1], [SUSPENDED], [gone(stored_sp=timedelta(hours=5), stored_ck=timedelta(hours=1))]),
+        Action.BLOCKED, reason="maxCheckpointAge is unset"),
+    Row("resume: storage unreadable blocks",
+        inp([P1], [SUSPENDED], [gone(error="EIO")]), Action.BLOCKED, reason="could not be read (EIO)"),
+    Row("repair: the job was stopped with a savepoint behind our back; restart from that savepoint",
+        inp([P1], [P1], [stopped()]), Action.REPAIR, START, "path", path=STOPPED_SP, reason="stopped with"),
+    Row("repair: an old stored savepoint alone does not rewind a job that ran since (savepoint mode)",
+        inp([P1], [P1], [gone(stored_sp=timedelta(days=1))]), Action.BLOCKED,
+        reason=f"initialSavepointPath: {STORED_SP}"),
+    Row("repair: last-state takes the newest of stored savepoint and checkpoint",
+        inp([app(**mode(LAST_STATE))], [app(**mode(LAST_STATE))],
+            [gone(stored_sp=timedelta(minutes=5), stored_ck=timedelta(hours=1))]),
+        Action.REPAIR, START, "path", path=STORED_SP),
+    Row("repair: blocked with one option says it without a stray 'or'",
+        inp([P1], [P1], [absent()]), Action.BLOCKED,
+        reason="To proceed: set spec.job.upgradeMode: stateless and bump restartNonce to start with empty state."),
+    # --- orphans: a cluster with no spec in Git and no record ---
+    Row("orphan with pruning off is left alone, and says so",
+        inp([OTHER], [OTHER], [running(), running("other")]), Action.NOOP, reason="pruning is disabled"),
+    Row("orphan with pruning on: final savepoint, then delete",
+        inp([OTHER], [OTHER], [running(), running("other")], policy=PRUNE), Action.DELETE,
+        ("StopWithSavepoint", "DeleteCluster"), risk="DELETES APP orders: no spec in Git and no record"),
+    Row("orphan whose job is failing: no final savepoint possible, blocked",
+        inp([OTHER], [OTHER], [failed(), running("other")], policy=PRUNE), Action.BLOCKED,
+        reason="no final savepoint can be taken"),
+    Row("orphan that cannot be observed is not deleted",
+        inp([OTHER], [OTHER], [cluster(ClusterPhase.UNKNOWN, "timeout"), running("other")], policy=PRUNE),
+        Action.BLOCKED, reason="could not be observed (timeout)"),
+    Row("orphan with a stopped job: its savepoint is kept, the idle cluster is deleted",
+        inp([OTHER], [OTHER], [stopped(), running("other")], policy=PRUNE), Action.DELETE, ("DeleteCluster",),
+        risk="DELETES APP orders", reason=STOPPED_SP),
     Row("failed revision is not retried in a loop",
         inp([P2], [P1], [running()],
             [record(last_outcome=Outcome.FAILURE, last_attempted_revision=REV, last_message="boom",
@@ -161,6 +291,9 @@ def test_decision_table(row: Row) -> None:
         assert any(row.risk in r for r in result.risks), result.risks
     if row.reason:
         assert row.reason in result.reason
+    if row.path is not None:
+        start = next(s for s in result.steps if isinstance(s, StartJob))
+        assert start.restore.path == row.path, start.restore
     assert tuple(s.type for s in result.rollback) == row.rollback
     if row.rollback:
         assert result.rollback_after == 0
@@ -169,17 +302,21 @@ def test_decision_table(row: Row) -> None:
 
 
 def _assert_safety_invariants(result: AppPlan, pin: PlanInput) -> None:
-    """Rule 1: a job started without state is either a brand-new app or said loudly, with consent."""
+    """Rule 1: a job started without state is either a brand-new app (no trace of any state: no record,
+    no savepoint or checkpoint on the cluster or in storage) or said loudly, with consent."""
     for s in result.steps:
         if isinstance(s, StartJob) and s.restore.kind is RestoreKind.NONE:
             brand_new = pin.previous.get("orders") is None and not (
-                (r := pin.records.get("orders")) and r.savepoints)
+                (r := pin.records.get("orders")) and r.savepoints) and not pin.live.get("orders").has_evidence
             assert brand_new or any("WITHOUT STATE" in r for r in result.risks), result
             desired = pin.desired.apps["orders"]
             assert brand_new or desired.spec.job.upgrade_mode.value == "stateless" or \
                 desired.spec.job.savepoint_redeploy_nonce is not None
     if result.action in (Action.BLOCKED, Action.ERROR, Action.NOOP):
         assert result.steps == ()
+    # Rule 5 for orphans too: a deletion of a running job always saves its state first.
+    if result.action is Action.DELETE and any(isinstance(s, CancelJob) for s in result.steps):
+        assert any("WITHOUT A FINAL SAVEPOINT" in r for r in result.risks), result
 
 
 def test_mass_deletion_guard_most_apps_gone() -> None:
@@ -254,3 +391,47 @@ def test_failed_before_reason_is_stable_across_passes() -> None:
     again_rec = AppRecord(**{**rec.model_dump(), "last_message": first.reason})
     again = plan(inp([P2], [P1], [running()], [again_rec])).app("orders")
     assert again.reason == first.reason
+
+
+def test_orphans_count_for_the_mass_deletion_guard() -> None:
+    # Records lost, and most apps gone from Git at once: the guard holds for clusters nobody recorded too.
+    live = [running(f"a{i}") for i in range(10)]
+    result = plan(inp([app("a0"), app("a1")], [], live, policy=PRUNE))
+    assert result.guard and "8 of 10" in result.guard and "--allow-mass-delete" in result.guard
+    assert "mass_delete_threshold" in result.guard
+    orphans = [a for a in result.apps if a.app not in ("a0", "a1")]
+    assert len(orphans) == 8 and {a.action for a in orphans} == {Action.BLOCKED}
+    assert all(not a.steps for a in orphans)
+    # With the guard lifted, each is deleted after a final savepoint.
+    lifted = plan(inp([app("a0"), app("a1")], [], live, policy=Policy(prune=True, allow_mass_delete=True)))
+    assert {tuple(s.type for s in a.steps) for a in lifted.apps if a.app not in ("a0", "a1")} == {
+        ("StopWithSavepoint", "DeleteCluster")}
+
+
+def test_empty_checkout_with_lost_records_deletes_nothing_and_says_how_to_proceed() -> None:
+    result = plan(inp([], [], [running("x"), running("y")], policy=PRUNE))
+    assert result.guard is not None
+    assert "no app specs at all while 2 app(s)" in result.guard
+    assert "`flink-reconciler apply --prune --allow-mass-delete`" in result.guard
+    assert all(a.action is Action.BLOCKED and not a.steps for a in result.apps)
+
+
+def test_a_broken_file_error_says_what_happened_on_its_own() -> None:
+    err = SpecError("invalid YAML: mapping values are not allowed here", file="apps/orders.yaml", line=3)
+    desired = Desired(apps={}, errors=(err,), broken_files=frozenset({"apps/orders.yaml"}))
+    orders = plan(inp([], [P1], [running()], policy=PRUNE, desired_obj=desired)).app("orders")
+    assert orders.action is Action.ERROR and not orders.steps
+    assert orders.reason.startswith("apps/orders.yaml could not be read or no longer holds app orders")
+    assert "apps/orders.yaml:3" in orders.reason and "left as it is" in orders.reason
+    assert "see above" not in orders.reason
+
+
+def test_evidence_does_not_make_plans_stale() -> None:
+    """Checkpoint paths and stored savepoints move on their own; the fingerprint ignores them, and an
+    absent app listed only for its evidence fingerprints like an app not listed at all."""
+    plain = inp([P1], live=[running()]).live
+    moved = inp([P1], live=[running(ckpt_age=timedelta(seconds=3))]).live
+    assert plain.fingerprint() == moved.fingerprint()
+    nothing = inp([P1], live=[]).live
+    assert nothing.fingerprint() == inp([P1], live=[gone(stored_sp=timedelta(hours=1))]).live.fingerprint()
+    assert inp([P1], live=[stopped()]).live.fingerprint() == inp([P1], live=[stopped(sp_age=None)]).live.fingerprint()
