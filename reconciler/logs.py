@@ -4,13 +4,20 @@ record logged inside `log_context(...)`.
 The context lives in contextvars, so it follows the code that set it (a worker thread reconciling one
 app) and never leaks into another thread's lines. A handler-level filter copies it onto each record,
 so third-party loggers (apscheduler, httpx) get it too.
+
+`redact()` is the one place credentials are taken out of text we emit: both formatters run every whole
+line through it (message, fields, traceback), and the daemon's HTTP server runs every text answer
+through it. It drops the user-info part of any URL (`https://TOKEN@host/...`, `https://user:pw@...`)
+and every value registered with `mask_secrets()` (the configured tokens and webhook secrets).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -21,6 +28,26 @@ _app: ContextVar[str | None] = ContextVar("log_app", default=None)
 _revision: ContextVar[str | None] = ContextVar("log_revision", default=None)
 
 CONTEXT_FIELDS = ("app", "revision")
+REDACTED = "***"
+
+# scheme://<anything but / @ whitespace quotes>@  -> the user-info of a URL, with or without a password
+_URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^/@\s\"'<>\\]+@", re.IGNORECASE)
+_MIN_SECRET = 8  # shorter values would mask ordinary words (and are no secret anyway)
+
+
+class _Secrets:
+    """The registered secret values, longest first (so a secret containing another is masked whole)."""
+
+    def __init__(self) -> None:
+        self.values: tuple[str, ...] = ()
+        self._lock = threading.Lock()
+
+    def add(self, values: set[str]) -> None:
+        with self._lock:
+            self.values = tuple(sorted(set(self.values) | values, key=len, reverse=True))
+
+
+_SECRETS = _Secrets()
 
 # Attributes every LogRecord has; anything else on a record came from `extra=` and is logged as a field.
 _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime", "taskName"}
@@ -39,6 +66,22 @@ def log_context(*, app: str | None = None, revision: str | None = None) -> Itera
     finally:
         for var, token in reversed(tokens):
             var.reset(token)
+
+
+def mask_secrets(*values: str | None) -> None:
+    """Register secret values (tokens, webhook secrets) that `redact()` replaces wherever they appear,
+    also in their JSON-escaped form. Process-wide, like logging itself; values under 8 characters
+    are ignored."""
+    new = {v for v in values if v and len(v) >= _MIN_SECRET}
+    _SECRETS.add(new | {json.dumps(v, ensure_ascii=False)[1:-1] for v in new})
+
+
+def redact(text: str) -> str:
+    """`text` without credentials: URL user-info and registered secrets become `***`."""
+    for secret in _SECRETS.values:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return _URL_USERINFO.sub(r"\1" + REDACTED + "@", text)
 
 
 def current_context() -> dict[str, str]:
@@ -87,7 +130,7 @@ class JsonFormatter(logging.Formatter):
             out["exc"] = self.formatException(record.exc_info)
         if record.stack_info:
             out["stack"] = record.stack_info
-        return json.dumps(out, default=str, ensure_ascii=False)
+        return redact(json.dumps(out, default=str, ensure_ascii=False))
 
 
 class TextFormatter(logging.Formatter):
@@ -106,7 +149,7 @@ class TextFormatter(logging.Formatter):
             line += "\n" + self.formatException(record.exc_info)
         if record.stack_info:
             line += "\n" + record.stack_info
-        return line
+        return redact(line)
 
 
 _HANDLER_MARK = "_flink_reconciler_handler"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import FrameType
 from typing import Literal
+from urllib.parse import urlsplit
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -29,7 +30,7 @@ from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.ports import ReconcileService, StatusSource
 from reconciler.daemon.webhooks import WebhookEvent, WebhookSecrets
 from reconciler.errors import ReconcilerError
-from reconciler.logs import utc_timestamp
+from reconciler.logs import mask_secrets, utc_timestamp
 from reconciler.settings import Settings, redact_url
 
 log = logging.getLogger(__name__)
@@ -303,8 +304,22 @@ class Daemon:
 
     # --- what the endpoints show ------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
+        """Ready once a pass has completed, and only while the last one did: a daemon whose every pass
+        fails (Git unreachable, a spec value that crashes planning) must not look healthy. Then the
+        service's own answer."""
         if self._stopping.is_set():
             return False, "shutting down"
+        last = self.runner.last
+        if self.runner.passes["ok"] == 0:
+            running = self.runner.running
+            why = "starting: no sync pass has completed yet"
+            if running is not None:
+                why += f" (a {running[0]} pass is running since {_ts(running[1])})"
+            if last is not None and last.error:
+                why += f"; the last one failed: {last.error}"
+            return False, why
+        if last is not None and last.result == "error":
+            return False, f"the last sync pass ({last.trigger}, {_ts(last.started_at)}) failed: {last.error}"
         try:
             return self.service.readiness()
         except Exception as e:
@@ -344,14 +359,30 @@ class Daemon:
 
 
 def _secrets(settings: Settings) -> WebhookSecrets:
+    """The webhook secrets; every configured secret is also registered with the log/HTTP redaction."""
     def raw(value: SecretStr | None) -> bytes | None:
         return value.get_secret_value().encode() if isinstance(value, SecretStr) else None
 
+    configured = (settings.git_token, settings.forge_token, settings.github_webhook_secret,
+                  settings.gitlab_webhook_token, settings.gitea_webhook_secret)
+    mask_secrets(*(v.get_secret_value() for v in configured if isinstance(v, SecretStr)),
+                 *_url_credentials(settings.repo_url))
     return WebhookSecrets(
         github=raw(settings.github_webhook_secret),
         gitlab=raw(settings.gitlab_webhook_token),
         gitea=raw(settings.gitea_webhook_secret),
     )
+
+
+def _url_credentials(url: str | None) -> tuple[str | None, str | None]:
+    """The user and password of an http(s) URL: a token is often given as the user (https://TOKEN@host)."""
+    if not url or not url.lower().startswith(("http://", "https://")):
+        return None, None
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None, None
+    return parts.username, parts.password
 
 
 def _ts(when: datetime | None) -> str:

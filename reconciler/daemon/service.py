@@ -93,7 +93,9 @@ class Reconciler:
     # ------------------------------------------------------------------ ReconcileService
 
     def sync(self, *, full: bool, reason: str) -> None:
-        """Fetch, then reconcile what changed (or everything on the drift pass)."""
+        """Fetch, then reconcile what changed (or everything on the drift pass). A pass that raised is
+        remembered (readiness) and the next one is a full pass even when Git did not move: skipping it
+        as "nothing changed" would report a still-broken daemon as healthy."""
         if self.leader is not None and not self.leader():
             log.debug("standby: another replica holds the lease; not reconciling (%s)", reason)
             return
@@ -107,18 +109,25 @@ class Reconciler:
             raise
         if self.metrics:
             self.metrics.observe_git_fetch(self.clock.monotonic() - start)
-        self._last_error = None
+        full = full or self._last_error is not None
         head = fetched.new_sha
         if fetched.rewritten:
             log.warning("history rewritten on %s: reloading every spec at %s", self.source.branch, head[:12])
             self._loaded = None
         if not full and head == self._loaded_rev and not self.journal.all_inflight():
             return
-        only = None if full else self._changed_apps(head)
-        with log_context(revision=head[:12]):
-            self.apply(head, only=only)
+        try:
+            only = None if full else self._changed_apps(head)
+            with log_context(revision=head[:12]):
+                self.apply(head, only=only)
+        except Exception as e:
+            self._last_error = f"the pass at {head[:12]} failed: {type(e).__name__}: {e}"
+            raise
+        self._last_error = None
 
     def readiness(self) -> tuple[bool, str]:
+        """Not ready while the last pass failed (its fetch or the pass itself); the daemon adds "not
+        before the first pass completed"."""
         if self._last_error:
             return False, redact_url(self._last_error)
         if self.runtime is not None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.logs import current_context, log_context, setup_logging
+from reconciler.logs import current_context, log_context, mask_secrets, redact, setup_logging
 
 
 @pytest.fixture
@@ -138,3 +138,46 @@ def test_setup_is_idempotent() -> None:
     finally:
         root.removeHandler(second)
         root.setLevel(level)
+
+
+def test_credentials_are_redacted_from_every_part_of_a_line(stream: io.StringIO) -> None:
+    mask_secrets("s3cret-webhook-value", 'quo"ted-secret', "short")
+    log = logging.getLogger("reconciler.test")
+    url = "https://ghp_tokenAsUser123@git.example.com/acme/apps.git"
+    try:
+        raise RuntimeError(f"fetch of {url} failed; user:pw form https://bot:hunter2-pass@example.com/x")
+    except RuntimeError:
+        log.exception("pass failed for %s", url, extra={"repo": url, "secret": "s3cret-webhook-value"})
+    log.info('quoted %s and a word that is short', 'quo"ted-secret')
+    raw = stream.getvalue()
+    for leaked in ("ghp_tokenAsUser123", "hunter2-pass", "bot:", "s3cret-webhook-value", "ted-secret"):
+        assert leaked not in raw
+    first, second = lines(stream)
+    assert first["msg"] == "pass failed for https://***@git.example.com/acme/apps.git"
+    assert first["repo"] == "https://***@git.example.com/acme/apps.git"
+    assert first["secret"] == "***"
+    assert "https://***@example.com/x" in first["exc"]
+    assert second["msg"] == "quoted *** and a word that is short"  # under 8 characters: not a secret
+
+
+def test_redact_leaves_ordinary_text_alone() -> None:
+    for text in ("ssh to git@github.com:acme/apps.git", "mail dev@example.com", "https://git.example.com/a@b",
+                 "s3://bucket/savepoints/sp-1", "http://127.0.0.1:8081/jobs/overview"):
+        assert redact(text) == text
+    assert redact("ssh://git@host/repo.git") == "ssh://***@host/repo.git"
+
+
+def test_text_lines_are_redacted_too() -> None:
+    out = io.StringIO()
+    root = logging.getLogger()
+    level = root.level
+    handler = setup_logging("text", "INFO", stream=out)
+    try:
+        logging.getLogger("reconciler.test").warning("sync failed: https://tok3n-as-user@host/r.git",
+                                                     extra={"url": "http://u:p4ssw0rd@host"})
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    line = out.getvalue()
+    assert "sync failed: https://***@host/r.git url=http://***@host" in line
+    assert "tok3n" not in line and "p4ssw0rd" not in line

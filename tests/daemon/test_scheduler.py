@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import itertools
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,6 +17,7 @@ from reconciler.clock import SystemClock
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.scheduler import Daemon
 from reconciler.errors import SourceError
+from reconciler.logs import ContextFilter, JsonFormatter, TextFormatter
 from reconciler.settings import Settings
 from tests.daemon import forges
 from tests.daemon.conftest import FakeService
@@ -157,6 +160,8 @@ def test_sync_errors_are_logged_and_counted_and_the_daemon_keeps_going(
 def test_readyz_reflects_the_service_and_shutdown(make_daemon: MakeDaemon, fake_service: FakeService) -> None:
     d = make_daemon()
     url = d.http.url
+    fake_service.wait_calls(1)
+    assert d.runner.wait_idle(5)
     assert httpx.get(url + "/readyz").status_code == 200
     fake_service.ready = (False, "git: authentication failed for https://git.example.com")
     r = httpx.get(url + "/readyz")
@@ -271,3 +276,98 @@ def test_stop_without_start(make_settings: Callable[..., Settings], fake_service
     d = Daemon(fake_service, make_settings(), Metrics())
     assert d.stop(deadline_s=1) is True
     assert fake_service.calls == []
+
+
+def test_not_ready_before_the_first_pass_completes(make_daemon: MakeDaemon, fake_service: FakeService) -> None:
+    fake_service.block()
+    d = make_daemon()
+    assert fake_service.in_sync.wait(5)
+    r = httpx.get(d.http.url + "/readyz")
+    assert r.status_code == 503
+    assert r.text.startswith("starting: no sync pass has completed yet (a startup pass is running since "), r.text
+    fake_service.unblock()
+    fake_service.wait_calls(1)
+    assert d.runner.wait_idle(5)
+    r = httpx.get(d.http.url + "/readyz")
+    assert (r.status_code, r.text) == (200, "git reachable; runtime usable\n")
+
+
+def test_a_failed_first_pass_is_not_ready_and_says_why(make_daemon: MakeDaemon, fake_service: FakeService) -> None:
+    fake_service.failures = [SourceError("origin unreachable")]
+    d = make_daemon()
+    fake_service.wait_calls(1)
+    assert d.runner.wait_idle(5)
+    r = httpx.get(d.http.url + "/readyz")
+    assert r.status_code == 503
+    assert r.text == "starting: no sync pass has completed yet; the last one failed: SourceError: origin unreachable\n"
+
+
+def test_readyz_follows_the_last_pass_not_the_service_alone(
+    make_daemon: MakeDaemon, fake_service: FakeService
+) -> None:
+    """The service says ready (its Git fetch works), but a pass crashes: not ready until one succeeds."""
+    d = make_daemon()
+    fake_service.wait_calls(1)
+    assert d.runner.wait_idle(5)
+    assert httpx.get(d.http.url + "/readyz").status_code == 200
+    fake_service.failures = [RuntimeError("bad value in apps/orders.yaml")]
+    assert d.request_sync(full=False, trigger="poll", reason="poll")
+    fake_service.wait_calls(2)
+    assert d.runner.wait_idle(5)
+    r = httpx.get(d.http.url + "/readyz")
+    assert r.status_code == 503
+    assert "the last sync pass (poll, " in r.text
+    assert r.text.endswith(") failed: unexpected RuntimeError: bad value in apps/orders.yaml\n"), r.text
+    assert "ready: no (the last sync pass" in httpx.get(d.http.url + "/").text
+    assert d.request_sync(full=False, trigger="poll", reason="poll")
+    fake_service.wait_calls(3)
+    assert d.runner.wait_idle(5)
+    assert httpx.get(d.http.url + "/readyz").status_code == 200
+
+
+TOKEN = "ghp_daemonTestToken0123456789"
+
+
+def test_no_credential_in_logs_readyz_or_the_status_page(
+    make_settings: Callable[..., Settings], fake_service: FakeService
+) -> None:
+    """A token used as the URL's user, and a configured secret, reach no log line (text or JSON) and
+    no HTTP answer, whatever text the service hands over."""
+    leaky_url = f"https://{TOKEN}@git.example.com/acme/flink-apps.git"
+    fake_service.failures = [SourceError(f"git fetch failed: fatal: unable to access '{leaky_url}/': 403"),
+                             RuntimeError(f"bug while reading {leaky_url} with token {TOKEN}")]
+    fake_service.ready = (False, f"git fetch failed for {leaky_url}")
+    root = logging.getLogger()
+    level = root.level
+    outputs = {"text": io.StringIO(), "json": io.StringIO()}
+    handlers: list[logging.Handler] = []
+    for formatter, out in ((TextFormatter(), outputs["text"]), (JsonFormatter(), outputs["json"])):
+        handler = logging.StreamHandler(out)  # what setup_logging installs, once per format
+        handler.setFormatter(formatter)
+        handler.addFilter(ContextFilter())
+        root.addHandler(handler)
+        handlers.append(handler)
+    root.setLevel(logging.DEBUG)
+    d = Daemon(fake_service, make_settings(repo_url=leaky_url, github_webhook_secret="webhook-secret-value"),
+               Metrics())
+    d.start()
+    try:
+        fake_service.wait_calls(1)
+        assert d.runner.wait_idle(5)
+        assert d.request_sync(full=False, trigger="poll", reason="poll")
+        fake_service.wait_calls(2)
+        assert d.runner.wait_idle(5)
+        logging.getLogger("reconciler.test").info("echo %s", "webhook-secret-value")
+        answers = [httpx.get(d.http.url + path).text for path in ("/readyz", "/")]
+    finally:
+        d.stop(deadline_s=5)
+        for h in handlers:
+            root.removeHandler(h)
+        root.setLevel(level)
+    text, js = outputs["text"].getvalue(), outputs["json"].getvalue()
+    assert "sync failed: SourceError: git fetch failed" in text and "sync crashed" in js
+    assert "Traceback" in text and "RuntimeError: bug while reading https://***@git.example.com" in js
+    for where, output in {"text log": text, "json log": js, "/readyz": answers[0], "/": answers[1]}.items():
+        assert TOKEN not in output, where
+        assert "webhook-secret-value" not in output, where
+    assert "https://***@git.example.com/acme/flink-apps.git" in answers[1]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from reconciler.apply.journal import Journal
 from reconciler.clock import SystemClock
 from reconciler.core.plan import Action
@@ -51,3 +53,42 @@ def test_incremental_pass_plans_only_changed_apps_and_reports_errors_on_the_comm
     assert "flink-reconciler/a" not in note  # a did not change: not planned, not re-reported
     plan_b = rec.plan(bad, only={"b"}).app("b")
     assert plan_b.action is Action.ERROR and not plan_b.steps
+
+
+class _BrokenRuntime:
+    """A runtime double whose observation hits a bug (not a ReconcilerError) until `error` is cleared:
+    the shape of "one bad value crashes every pass"."""
+
+    name = "stub"
+
+    def __init__(self) -> None:
+        self.error: Exception | None = RuntimeError("bad value in the observed state")
+
+    def list_clusters(self) -> dict[str, object]:
+        if self.error is not None:
+            raise self.error
+        return {}
+
+
+def test_readiness_follows_the_last_pass_and_a_failed_pass_is_retried_though_git_did_not_move(
+    tmp_path: Path,
+) -> None:
+    repo = Repo(tmp_path)
+    repo.write("README.md", "no apps yet\n")
+    head = repo.commit("empty")
+    clock = SystemClock()
+    state = tmp_path / "state"
+    runtime = _BrokenRuntime()
+    rec = Reconciler(source=GitSource(str(repo.origin), state / "git"), runtime=runtime,  # type: ignore[arg-type]
+                     journal=Journal(state / "journal.sqlite", clock), clock=clock, subdir="apps")
+    with pytest.raises(RuntimeError):
+        rec.sync(full=True, reason="startup")
+    assert rec.readiness() == (
+        False, f"the pass at {head[:12]} failed: RuntimeError: bad value in the observed state")
+    # The next poll: Git did not move, but the pass is not skipped as "nothing changed": it fails again.
+    with pytest.raises(RuntimeError):
+        rec.sync(full=False, reason="poll")
+    assert rec.readiness()[0] is False
+    runtime.error = None
+    rec.sync(full=False, reason="poll")
+    assert rec.readiness() == (True, f"ok: {repo.origin} at {head[:12]}")
