@@ -410,7 +410,15 @@ def _print_status(rec: Reconciler) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    rec = _reconciler(_settings(args, repo_url=os.environ.get("FLINK_RECONCILER_REPO_URL") or "."), report=False)
+    settings = _settings(args, repo_url=os.environ.get("FLINK_RECONCILER_REPO_URL") or ".")
+    if not (settings.state_dir / "journal.sqlite").is_file():  # never create a state dir just to look
+        if args.output == "json":
+            print("[]")
+        else:
+            print(f"nothing recorded in {settings.state_dir}: no journal there (is --state-dir the one "
+                  "`apply` or the daemon used?)")
+        return EXIT_OK
+    rec = _reconciler(settings, report=False)
     if args.output == "json":
         print(json.dumps(_status_rows(rec), indent=2))
     else:
