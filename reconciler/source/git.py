@@ -26,12 +26,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import git
 from pydantic import SecretStr
 
 from reconciler.errors import SourceAuthError, SourceError, SourceUnreachableError
+from reconciler.spec.load import Unreadable
 
 log = logging.getLogger(__name__)
 
@@ -128,17 +129,21 @@ class GitSource:
         token_username: str = "x-access-token",
         network_timeout: float = 120.0,
     ) -> None:
-        self._url, url_secret = _split_credentials(_normalize_url(url))
+        self._url, url_user, url_secret = _split_credentials(_normalize_url(url))
         secret = token.get_secret_value() if isinstance(token, SecretStr) else token
+        if url_user and not url_secret:
+            # https://TOKEN@host/repo.git: a lone user name in an https URL is a token (GitHub style).
+            url_user, url_secret = None, url_user
         self._token = secret or url_secret
-        self._token_username = token_username if secret else (_url_username(url) or token_username)
+        self._token_username = token_username if secret else (url_user or token_username)
         self._basic = (
             base64.b64encode(f"{self._token_username}:{self._token}".encode()).decode() if self._token else None
         )
         self._secrets = tuple(s for s in (self._token, url_secret, self._basic) if s)
         self._ssh_key_path = ssh_key_path
         self.branch = branch
-        self.cache_dir = Path(cache_dir)
+        # Absolute: git runs with the cache as its cwd, so a relative --git-dir would point nowhere.
+        self.cache_dir = Path(cache_dir).expanduser().absolute()
         self.git_dir = self.cache_dir / "repo.git"
         self._network_timeout = network_timeout
         self._is_local = self._url.startswith("file://") or (
@@ -221,44 +226,62 @@ class GitSource:
 
     def read_tree(
         self, rev: str, subdir: str = "", suffixes: Sequence[str] = (".yaml", ".yml")
-    ) -> dict[str, bytes]:
-        """Every file under `subdir` at `rev` whose name ends in one of `suffixes` (empty: all files)."""
+    ) -> dict[str, bytes | Unreadable]:
+        """Every file under `subdir` at `rev` whose name ends in one of `suffixes` (empty: all files).
+
+        A path with a wanted suffix that is not a regular file (a symlink, a directory, a submodule) or
+        that holds a control character is returned as `Unreadable`, never skipped: a spec that turns
+        into one of those must not look deleted. Symlinks are never followed."""
         sha = self.resolve(rev)
         prefix = _norm_subdir(subdir)
-        args = ["ls-tree", "-r", "-z", "--full-tree", sha]
+        args = ["ls-tree", "-r", "-t", "-z", "--full-tree", sha]
         if prefix:
             args += ["--", prefix]
         listing = self._run(args, what=f"list tree of {rev}")
-        wanted: list[tuple[str, str]] = []
-        for entry in listing.split(b"\0"):
-            if not entry:
-                continue
-            meta, _, raw_path = entry.partition(b"\t")
-            mode, kind, blob = meta.split(b" ")
-            path = raw_path.decode("utf-8", "surrogateescape")
-            if kind != b"blob" or mode == b"120000":  # skip submodules and symlinks
-                continue
-            if prefix and not (path == prefix or path.startswith(prefix + "/")):
-                continue
+        entries = []
+        for entry in _ls_tree_entries(listing):
+            path = entry[3]
+            if prefix and not path.startswith(prefix + "/"):
+                continue  # the prefix directory itself, or a sibling sharing its name as a prefix
             if suffixes and not path.endswith(tuple(suffixes)):
                 continue
-            wanted.append((path, blob.decode()))
-        contents = self._cat_batch([blob for _, blob in wanted])
-        return {path: data for (path, _), data in zip(wanted, contents, strict=True) if data is not None}
+            entries.append(entry)
+        return self._read_entries(entries)
 
-    def read_paths(self, rev: str, paths: Iterable[str]) -> dict[str, bytes | None]:
-        """The files `paths` at `rev`; None for a path that does not exist (or is not a file) there."""
+    def read_paths(self, rev: str, paths: Iterable[str]) -> dict[str, bytes | Unreadable | None]:
+        """The files `paths` at `rev`: None for a path that does not exist there, `Unreadable` for one
+        that is not a regular file (symlink, directory, submodule) or holds a control character."""
         sha = self.resolve(rev)
-        wanted = [p.lstrip("/") for p in paths]
-        if any("\n" in p for p in wanted):
-            raise SourceError("a path with a newline cannot be read")
-        contents = self._cat_batch([f"{sha}:{p}" for p in wanted])
-        return dict(zip(wanted, contents, strict=True))
+        wanted = list(dict.fromkeys(p.lstrip("/") for p in paths))
+        found: list[tuple[bytes, bytes, str, str]] = []
+        for i in range(0, len(wanted), 256):  # argv stays small however many files a push changed
+            chunk = [p for p in wanted[i : i + 256] if p]
+            if chunk:
+                out = self._run(["ls-tree", "-z", "--full-tree", sha, "--", *chunk], what=f"list paths at {rev}")
+                found.extend(e for e in _ls_tree_entries(out) if e[3] in chunk)
+        read = self._read_entries(found)
+        return {p: read.get(p) for p in wanted}
+
+    def _read_entries(self, entries: Sequence[tuple[bytes, bytes, str, str]]) -> dict[str, bytes | Unreadable]:
+        out: dict[str, bytes | Unreadable] = {}
+        blobs: list[tuple[str, str]] = []
+        for mode, kind, obj, path in entries:
+            problem = _not_a_file(mode, kind, path)
+            if problem:
+                out[path] = Unreadable(problem)
+            else:
+                blobs.append((path, obj))
+        contents = self._cat_batch([obj for _, obj in blobs])
+        for (path, _), data in zip(blobs, contents, strict=True):
+            out[path] = data if data is not None else Unreadable("its blob is missing from the repository")
+        return dict(sorted(out.items()))
 
     def read_file(self, rev: str, path: str) -> bytes:
         data = self.read_paths(rev, [path])[path.lstrip("/")]
         if data is None:
             raise SourceError(f"{path!r} does not exist at {rev!r} in {self._url}")
+        if isinstance(data, Unreadable):
+            raise SourceError(f"{path!r} at {rev!r} {data.reason}")
         return data
 
     def changed_paths(self, a: str, b: str, subdir: str = "") -> set[str]:
@@ -279,8 +302,11 @@ class GitSource:
         blob = out.decode().strip()
         if status != 0 or not _is_sha(blob):
             raise SourceError(f"{path!r} does not exist at {rev!r} in {self._url}")
-        if self._run(["cat-file", "-t", blob], what=f"inspect {path}").strip() != b"blob":
-            raise SourceError(f"{path!r} at {rev!r} is not a file")
+        listed = _ls_tree_entries(self._run(["ls-tree", "-z", "--full-tree", sha, "--", path.lstrip("/")],
+                                            what=f"inspect {path}"))
+        problem = next((_not_a_file(m, k, p) for m, k, _, p in listed if p == path.lstrip("/")), "is not a file")
+        if problem:
+            raise SourceError(f"{path!r} at {rev!r} {problem}")
         dest_dir = Path(dest_dir)
         dest_dir.mkdir(parents=True, exist_ok=True)
         dest = dest_dir / f"{blob[:16]}-{Path(path).name}"
@@ -453,7 +479,8 @@ class GitSource:
         return results
 
     def _env(self, network: bool) -> dict[str, str]:
-        env = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "SSH_ASKPASS": "", **_IDENTITY}
+        env = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "SSH_ASKPASS": "", "GIT_LITERAL_PATHSPECS": "1",
+               **_IDENTITY}
         if not network:
             return env
         if self._basic:
@@ -518,8 +545,8 @@ class GitSource:
         raise self._classify(what, err, network=network, status=status)
 
     def _classify(self, what: str, stderr: str, *, network: bool = True, status: int | None = None) -> SourceError:
-        text = self._redact(stderr.strip()) or f"exit status {status}"
-        message = f"git {what} failed: {text}"
+        text = stderr.strip() or f"exit status {status}"
+        message = self._redact(f"git {what} failed: {text}")
         low = stderr.lower()
         if network and any(p in low for p in _AUTH_PATTERNS):
             return SourceAuthError(message)
@@ -550,21 +577,41 @@ def _normalize_url(url: str) -> str:
     return str(Path(url).expanduser().resolve())
 
 
-def _split_credentials(url: str) -> tuple[str, str | None]:
-    """Take a password out of https://user:pass@host/... so it never sits in .git/config or messages."""
+def _split_credentials(url: str) -> tuple[str, str | None, str | None]:
+    """(url, user, password): credentials taken out of an http(s) URL so they never sit in .git/config,
+    messages or logs (`https://user:pass@host/...`, `https://TOKEN@host/...`). ssh user names stay."""
     if "://" not in url:
-        return url, None
+        return url, None, None
     parts = urlsplit(url)
-    if parts.password is None:
-        return url, None
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment)), parts.password
+    if "@" not in parts.netloc or (parts.password is None and parts.scheme.lower() not in ("http", "https")):
+        return url, None, None
+    host = parts.netloc.rpartition("@")[2]
+    clean = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return clean, unquote(parts.username or "") or None, unquote(parts.password) if parts.password else None
 
 
-def _url_username(url: str) -> str | None:
-    return urlsplit(url).username if "://" in url else None
+def _ls_tree_entries(listing: bytes) -> list[tuple[bytes, bytes, str, str]]:
+    """(mode, type, object id, path) of each entry of `git ls-tree -z` output."""
+    out = []
+    for entry in listing.split(b"\0"):
+        if entry:
+            meta, _, raw_path = entry.partition(b"\t")
+            mode, kind, obj = meta.split(b" ")
+            out.append((mode, kind, obj.decode(), raw_path.decode("utf-8", "surrogateescape")))
+    return out
+
+
+def _not_a_file(mode: bytes, kind: bytes, path: str) -> str | None:
+    """Why a tree entry cannot be read as a spec file, or None when it can."""
+    if any(not c.isprintable() for c in path):
+        return "has a control character (a newline?) in its path; rename the file"
+    if mode == b"120000":
+        return "is a symbolic link; symlinks are not followed, a spec must be a regular file"
+    if kind == b"tree":
+        return "is a directory, not a file"
+    if kind != b"blob":
+        return "is a submodule, not a file"
+    return None
 
 
 def _norm_subdir(subdir: str) -> str:

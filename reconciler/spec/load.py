@@ -5,12 +5,21 @@ core-schema scalars (only true/false are booleans, no sexagesimal ints) and dupl
 10,000 specs load in about a second. Only when a document fails validation is the file re-parsed
 with ruamel.yaml's round-trip loader, which knows where every key and value sits, to locate the
 error. A bad file invalidates only its own apps.
+
+A file is *broken* (listed in `LoadResult.broken_files`) when it has any error, including holding no
+app at all (empty, comments only, a null document) or not being readable as a regular file (a
+symlink, a directory, no permission: `Unreadable`). The planner never deletes or restarts an app
+because its file broke. An error is attributed to an app (`SpecError.app`) by the app's name when the
+document has a valid one, else to the file itself (`file_key`), so that every error reaches the plan
+as an `error` entry even when no app can be named.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import re
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +32,12 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
 
 from reconciler.errors import SpecError, SpecLimitError
-from reconciler.spec.model import API_VERSION, KIND, FlinkApp
+from reconciler.spec.model import API_VERSION, KIND, FlinkApp, valid_name
 
 MAX_FILE_BYTES = 1 << 20  # a spec is a few KiB; anything near this is a mistake or an attack
 MAX_DOCUMENTS = 1000
 MAX_NODES = 50_000  # after alias expansion: stops "billion laughs" before pydantic walks it
+MAX_DEPTH = 64  # nesting of mappings/lists; a real spec is under 15 deep (podTemplate included)
 SPEC_SUFFIXES = (".yaml", ".yml")
 
 
@@ -76,6 +86,20 @@ _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 @dataclass(frozen=True)
+class Unreadable:
+    """A spec path that exists but is not a readable regular file: a symlink (never followed), a
+    directory, a submodule, a path with a control character, a permission error. Its apps are errors."""
+
+    reason: str
+
+
+def file_key(path: str) -> str:
+    """The plan entry of an error no app can be named for: the file path, control characters escaped
+    (it lands in plan lines, commit-status contexts and note keys). Never a valid app name: it has a dot."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in path)
+
+
+@dataclass(frozen=True)
 class LoadedApp:
     app: FlinkApp
     file: str
@@ -104,7 +128,7 @@ class LoadResult:
     def apps_in(self, file: str) -> list[str]:
         return [n for n, a in self.apps.items() if a.file == file]
 
-    def update(self, changed: Mapping[str, bytes | None]) -> LoadResult:
+    def update(self, changed: Mapping[str, bytes | Unreadable | None]) -> LoadResult:
         """Re-parse only `changed` files (None: deleted); the incremental path of the daemon."""
         per_file = dict(self.by_file)
         for path, data in changed.items():
@@ -115,14 +139,20 @@ class LoadResult:
         return _combine(per_file)
 
 
-def load_files(files: Mapping[str, bytes]) -> LoadResult:
+def load_files(files: Mapping[str, bytes | Unreadable]) -> LoadResult:
     """Load every document of every file; collect errors instead of stopping at the first."""
     return _combine({path: _file_result(path, data) for path, data in files.items()})
 
 
-def _file_result(path: str, data: bytes) -> FileResult:
+def _file_result(path: str, data: bytes | Unreadable) -> FileResult:
     apps, errors = load_file(path, data)
-    return FileResult(tuple(apps), tuple(errors))
+    return FileResult(tuple(apps), tuple(_attributed(e, path) for e in errors))
+
+
+def _attributed(e: SpecError, path: str) -> SpecError:
+    if e.app is not None:
+        return e
+    return type(e)(e.message, file=e.file or path, line=e.line, column=e.column, field=e.field, app=file_key(path))
 
 
 def _combine(per_file: Mapping[str, FileResult]) -> LoadResult:
@@ -156,19 +186,49 @@ def load_dir(root: Path, subdir: str = "") -> LoadResult:
     return load_files(read_dir(root, subdir))
 
 
-def read_dir(root: Path, subdir: str = "") -> dict[str, bytes]:
+def read_dir(root: Path, subdir: str = "") -> dict[str, bytes | Unreadable]:
+    """Spec files under root/subdir, keyed by their path relative to root. Symlinks are never followed:
+    a symlink, a directory or any other non-regular file with a spec suffix is `Unreadable`."""
     base = root / subdir if subdir else root
-    if base.is_file():
-        return {base.name: base.read_bytes()}
-    out: dict[str, bytes] = {}
-    for p in sorted(base.rglob("*")):
-        rel = p.relative_to(root)
-        if p.suffix in SPEC_SUFFIXES and p.is_file() and not any(part.startswith(".") for part in rel.parts):
-            out[rel.as_posix()] = p.read_bytes()
-    return out
+    if not base.is_symlink() and not base.exists():
+        return {}
+    if base.is_symlink() or not base.is_dir():
+        return {base.relative_to(root).as_posix() if subdir else base.name: _read_one(base)}
+    out: dict[str, bytes | Unreadable] = {}
+
+    def unreadable_dir(e: OSError) -> None:
+        where = Path(e.filename) if e.filename else base
+        out[where.relative_to(root).as_posix()] = Unreadable(f"directory cannot be read: {e.strerror}")
+
+    for dirpath, dirnames, filenames in os.walk(base, onerror=unreadable_dir, followlinks=False):
+        here = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted([*dirnames, *filenames]):
+            if name.startswith(".") or not name.endswith(SPEC_SUFFIXES):
+                continue
+            out[(here / name).relative_to(root).as_posix()] = _read_one(here / name)
+    return dict(sorted(out.items()))
 
 
-def load_file(path: str, data: bytes) -> tuple[list[LoadedApp], list[SpecError]]:
+def _read_one(path: Path) -> bytes | Unreadable:
+    try:
+        st = path.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            return Unreadable(f"is a symbolic link (to {os.readlink(path)!r}); symlinks are not followed, "
+                              "a spec must be a regular file")
+        if stat.S_ISDIR(st.st_mode):
+            return Unreadable("is a directory, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            return Unreadable("is not a regular file")
+        with path.open("rb") as fh:
+            return fh.read(MAX_FILE_BYTES + 1)  # enough to refuse an oversized file
+    except OSError as e:
+        return Unreadable(f"cannot be read: {e.strerror}")
+
+
+def load_file(path: str, data: bytes | Unreadable) -> tuple[list[LoadedApp], list[SpecError]]:
+    if isinstance(data, Unreadable):
+        return [], [SpecError(f"{data.reason}; its apps are left as they are", file=path)]
     if len(data) > MAX_FILE_BYTES:
         return [], [SpecLimitError(f"file is {len(data)} bytes; specs are limited to {MAX_FILE_BYTES}",
                                    file=path)]
@@ -186,6 +246,13 @@ def load_file(path: str, data: bytes) -> tuple[list[LoadedApp], list[SpecError]]
         return [], [SpecError(f"invalid YAML: {e}", file=path)]
     except SpecLimitError as e:
         return [], [SpecLimitError(e.message, file=path)]
+    except RecursionError:
+        return [], [SpecLimitError(f"nested more than {MAX_DEPTH} levels deep", file=path)]
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        return [], [SpecError(f"invalid YAML: {e}", file=path)]
+    if all(doc is None for doc in docs):
+        return [], [SpecError("holds no FlinkApp (the file is empty, only comments, or null); delete the "
+                              "file to remove its apps", file=path)]
     apps: list[LoadedApp] = []
     errors: list[SpecError] = []
     locator: _Locator | None = None
@@ -196,13 +263,16 @@ def load_file(path: str, data: bytes) -> tuple[list[LoadedApp], list[SpecError]]
         if header:
             locator = locator or _Locator(text)
             line, col = locator.find(i, (header[0],) if header[0] else ())
-            errors.append(SpecError(header[1], file=path, line=line, column=col, field=header[0] or None))
+            errors.append(SpecError(header[1], file=path, line=line, column=col, field=header[0] or None,
+                                    app=_doc_name(doc)))
             continue
         try:
             _check_nodes(doc)
             apps.append(LoadedApp(FlinkApp.model_validate(doc), path, i, _doc_start(text, i)))
         except SpecLimitError as e:
-            errors.append(SpecLimitError(e.message, file=path))
+            errors.append(SpecLimitError(e.message, file=path, app=_doc_name(doc)))
+        except RecursionError:
+            errors.append(SpecLimitError(f"nested more than {MAX_DEPTH} levels deep", file=path))
         except ValidationError as e:
             locator = locator or _Locator(text)
             errors.extend(_spec_errors(e, path, i, doc, locator))
@@ -232,20 +302,30 @@ def _parse_all(text: str) -> list[Any]:
 
 
 def _check_nodes(doc: Any) -> None:
-    """Count nodes as pydantic would see them (aliases expanded), stopping at MAX_NODES."""
+    """Count nodes as pydantic would see them (aliases expanded), stopping at MAX_NODES, and their
+    nesting, stopping at MAX_DEPTH (deeper documents blow the recursion limit of diff and render)."""
     budget = MAX_NODES
-    stack = [doc]
+    stack: list[tuple[Any, int]] = [(doc, 0)]
     while stack:
-        node = stack.pop()
+        node, depth = stack.pop()
         budget -= 1
         if budget < 0:
             raise SpecLimitError(
                 f"document expands to more than {MAX_NODES} nodes (YAML alias bomb?)", file=""
             )
+        if depth > MAX_DEPTH:
+            raise SpecLimitError(f"document is nested more than {MAX_DEPTH} levels deep", file="")
         if isinstance(node, dict):
-            stack.extend(node.values())
+            stack.extend((v, depth + 1) for v in node.values())
         elif isinstance(node, list):
-            stack.extend(node)
+            stack.extend((v, depth + 1) for v in node)
+
+
+def _doc_name(doc: Any) -> str | None:
+    """The document's metadata.name when it is a valid app name (an invalid one names no app)."""
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) and valid_name(name) else None
 
 
 def _header_error(doc: Any) -> tuple[str, str] | None:
@@ -262,10 +342,7 @@ def _header_error(doc: Any) -> tuple[str, str] | None:
 def _spec_errors(
     err: ValidationError, path: str, doc_index: int, doc: Any, locator: _Locator
 ) -> list[SpecError]:
-    app = None
-    if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict):
-        name = doc["metadata"].get("name")
-        app = name if isinstance(name, str) else None
+    app = _doc_name(doc)
     out = []
     for e in err.errors():
         loc = tuple(e["loc"])

@@ -9,6 +9,7 @@ import pytest
 
 from reconciler.errors import SourceAuthError, SourceError, SourceUnreachableError
 from reconciler.source.git import GitSource, blob_sha
+from reconciler.spec.load import Unreadable
 from tests.forges.git_http import git_http_server
 from tests.source.gitrepo import Upstream, git
 
@@ -72,8 +73,8 @@ def test_fetch_new_commits_and_read_old_revision(up: Upstream, tmp_path: Path) -
     up.push()
     result = src.fetch()
     assert (result.old_sha, result.new_sha, result.rewritten) == (first, second, False)
-    assert src.read_tree(first, "apps")["apps/orders.yaml"].endswith(b"parallelism: 2\n")
-    assert src.read_tree("main", "apps")["apps/orders.yaml"].endswith(b"parallelism: 4\n")
+    assert src.read_tree(first, "apps")["apps/orders.yaml"] == b"name: orders\nparallelism: 2\n"
+    assert src.read_tree("main", "apps")["apps/orders.yaml"] == b"name: orders\nparallelism: 4\n"
 
 
 def test_force_push_is_detected_and_new_tip_wins(up: Upstream, tmp_path: Path) -> None:
@@ -154,7 +155,7 @@ def test_read_paths_and_read_file(up: Upstream, tmp_path: Path) -> None:
     assert got == {
         "apps/orders.yaml": b"name: orders\nparallelism: 2\n",
         "apps/gone.yaml": None,
-        "apps/nested": None,  # a directory is not a file
+        "apps/nested": Unreadable("is a directory, not a file"),  # there, but not a file
         "other/ignored.yaml": b"name: ignored\n",
     }
     with pytest.raises(SourceError, match=r"'apps/gone\.yaml' does not exist"):
@@ -312,3 +313,70 @@ def test_push_notes_to_unreachable_origin_keeps_lines_for_later(up: Upstream, tm
     moved.rename(up.origin)
     src.push_notes()
     assert git(up.origin, "notes", "--ref=flink-reconciler", "show", sha) == "k: success - x\n"
+
+
+def test_a_token_as_the_url_user_name_is_used_and_never_shown(up: Upstream, tmp_path: Path) -> None:
+    token = "ghp_user-n4me-T0KEN"
+    with git_http_server(up.root, user="x-access-token", token=token) as server:
+        url = f"{server.url}/origin.git"
+        as_user = GitSource(url.replace("http://", f"http://{token}@"), tmp_path / "user")
+        assert as_user.fetch().new_sha == up.head()
+        assert token not in (as_user.git_dir / "config").read_text()
+        assert token not in repr(as_user) and token not in as_user.url
+        # A failing fetch names the origin without the token (the message reaches logs, /readyz, the / page).
+        wrong = "ghp_wr0ng-T0KEN"
+        with pytest.raises(SourceAuthError) as bad:
+            GitSource(url.replace("http://", f"http://{wrong}@"), tmp_path / "wrong").fetch()
+        assert wrong not in str(bad.value) and "origin.git" in str(bad.value)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(SourceUnreachableError) as down:
+        GitSource(f"https://{token}@127.0.0.1:{port}/repo.git", tmp_path / "down", network_timeout=20).fetch()
+    assert token not in str(down.value) and f"127.0.0.1:{port}/repo.git" in str(down.value)
+
+
+def test_a_cache_that_stored_a_token_in_its_url_is_cleaned(up: Upstream, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    GitSource(str(up.origin), cache).fetch()
+    git(cache / "repo.git", "remote", "set-url", "origin", "https://ghp_old-T0KEN@example.invalid/x.git")
+    GitSource(str(up.origin), cache).fetch()
+    assert "ghp_old-T0KEN" not in (cache / "repo.git" / "config").read_text()
+
+
+def test_a_relative_cache_dir_works_from_any_cwd(up: Upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    src = GitSource(str(up.origin), Path(".state/git"))
+    assert src.fetch().new_sha == up.head()
+    assert src.cache_dir == tmp_path / ".state/git"
+    assert "apps/orders.yaml" in src.read_tree("main", "apps")
+
+
+def test_symlinks_directories_and_odd_paths_are_unreadable_not_missing(up: Upstream, tmp_path: Path) -> None:
+    (up.work / "apps").mkdir(exist_ok=True)
+    (up.work / "apps/link.yaml").symlink_to("/etc/passwd")
+    (up.work / "apps/dir.yaml").mkdir()
+    (up.work / "apps/dir.yaml/inside.txt").write_text("x\n")
+    (up.work / "apps/new\nline.yaml").write_text("name: nl\n")
+    (up.work / "apps/star*.yaml").write_text("name: star\n")
+    git(up.work, "add", "-A")
+    git(up.work, "commit", "-q", "-m", "odd")
+    up.push()
+    src = source(up, tmp_path)
+    src.fetch()
+    tree = src.read_tree("main", "apps")
+    assert tree["apps/link.yaml"] == Unreadable(
+        "is a symbolic link; symlinks are not followed, a spec must be a regular file")
+    assert tree["apps/dir.yaml"] == Unreadable("is a directory, not a file")
+    assert isinstance(tree["apps/new\nline.yaml"], Unreadable) and "newline" in tree["apps/new\nline.yaml"].reason
+    assert tree["apps/star*.yaml"] == b"name: star\n"
+    assert tree["apps/orders.yaml"] == b"name: orders\nparallelism: 2\n"
+    # The incremental read (the daemon) agrees, one path at a time or many; a glob is a literal name.
+    paths = ["apps/link.yaml", "apps/dir.yaml", "apps/new\nline.yaml", "apps/star*.yaml", "apps/gone.yaml"]
+    assert src.read_paths("main", paths) == {p: tree.get(p) for p in paths}
+    assert src.read_paths("main", ["apps/*.yaml"]) == {"apps/*.yaml": None}
+    assert src.changed_paths("HEAD~1", "main", "apps") >= {"apps/link.yaml", "apps/new\nline.yaml"}
+    with pytest.raises(SourceError, match="symbolic link"):
+        src.read_file("main", "apps/link.yaml")
+    with pytest.raises(SourceError, match="symbolic link"):
+        src.materialize("main", "apps/link.yaml", tmp_path / "jars")

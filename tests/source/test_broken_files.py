@@ -1,0 +1,166 @@
+"""Issue 13: a spec file that breaks (emptied, a symlink, a directory, unreadable) never plans a delete.
+
+Each case starts from a real repository with three valid apps (victim, keep1, keep2) tagged A, breaks
+apps/victim.yaml in one commit, and plans with pruning on three ways: the offline `plan` command, the
+daemon's full load, and the daemon's incremental load (`LoadResult.update` from the revision it ran).
+The victim must be an `error` naming its file; the other apps must not move.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from reconciler.cli import main
+from reconciler.clock import FakeClock
+from reconciler.core.plan import Action, Plan
+from reconciler.daemon.service import make_reconciler
+from reconciler.settings import load_settings
+from tests.gitutil import Repo, git
+
+APP = """\
+apiVersion: flink-reconciler.io/v1alpha1
+kind: FlinkApp
+metadata: {{name: {name}}}
+spec: {{job: {{jarURI: "local:///x.jar"}}}}
+"""
+NAMES = ("victim", "keep1", "keep2")
+
+
+def _write(path: Path, data: str | bytes) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+def _symlink(path: Path) -> None:
+    (path.parent / "v.txt").write_text(APP.format(name="victim"))
+    path.unlink()
+    os.symlink("v.txt", path)
+
+
+def _outside_symlink(path: Path) -> None:
+    path.unlink()
+    os.symlink("/etc/hostname", path)
+
+
+def _directory(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+    (path / "README").write_text("now a directory\n")
+
+
+MUTATIONS: dict[str, Callable[[Path], None]] = {
+    "empty": lambda p: _write(p, b""),
+    "comments": lambda p: _write(p, "# nothing here any more\n"),
+    "null": lambda p: _write(p, "~\n"),
+    "separators": lambda p: _write(p, "---\n---\n"),
+    "binary": lambda p: _write(p, bytes(range(256))),
+    "broken-yaml": lambda p: _write(p, "metadata: {name: victim\n"),
+    "name-with-newline": lambda p: _write(p, APP.format(name='"victim\\n"')),
+    "symlink": _symlink,
+    "symlink-outside": _outside_symlink,
+    "directory": _directory,
+}
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Repo:
+    (tmp_path / "repo").mkdir()
+    r = Repo(tmp_path / "repo")
+    for name in NAMES:
+        r.write(f"apps/{name}.yaml", APP.format(name=name))
+    r.commit("three apps")
+    git(r.work, "tag", "A")
+    git(r.work, "push", "-q", "origin", "A")
+    return r
+
+
+def _check(plan: Plan, baseline: Plan | None = None) -> None:
+    """victim is an error without steps; keep1 and keep2 are planned as they are without the break."""
+    actions = {a.app: a.action for a in plan.apps}
+    assert Action.DELETE not in actions.values(), actions
+    assert actions["victim"] is Action.ERROR and not plan.app("victim").steps
+    assert "apps/victim.yaml" in plan.app("victim").reason
+    for keep in ("keep1", "keep2"):
+        want = baseline.app(keep) if baseline else None
+        assert actions.get(keep, Action.NOOP) is (want.action if want else Action.NOOP)
+        assert plan.app(keep).steps == (want.steps if want else ())
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_a_broken_file_is_an_error_never_a_delete(mutation: str, repo: Repo, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    MUTATIONS[mutation](repo.work / "apps/victim.yaml")
+    head = repo.commit(f"break victim: {mutation}")
+
+    # The offline preview (`plan --base A --head HEAD --prune`): exit 1, an error, no delete.
+    code = main(["plan", "--repo", str(repo.origin), "--base", "A", "--head", "HEAD", "--prune", "--format",
+                 "json", "--detailed-exitcode", "--cache-dir", str(tmp_path / "cache")])
+    out, _ = capsys.readouterr()
+    assert code == 1
+    _check(Plan.from_json(out))
+
+    # The daemon (dry run, prune on) that applied A: full load and incremental load agree.
+    settings = load_settings({"repo_url": str(repo.origin), "state_dir": tmp_path / "state", "dry_run": True,
+                              "prune": True, "status_sink": "none"})
+    for incremental in (False, True):
+        rec = make_reconciler(settings, FakeClock(), report=False)
+        rec.source.fetch()
+        a = rec.source.resolve("A")
+        base = rec.load(a)
+        for name, la in base.apps.items():
+            rec.journal.set_source_file(name, la.file)
+            rec.journal.record_applied(name, a, la.app.canonical())
+        baseline = rec.plan(a)  # a dry run observes no clusters: the same "repair" with or without the break
+        if not incremental:
+            rec = make_reconciler(settings, FakeClock(), report=False)
+            rec.source.fetch()
+        _check(rec.plan(head), baseline)
+        shutil.rmtree(tmp_path / "state")
+
+
+def test_validate_refuses_symlinks_and_empty_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    (tmp_path / "v.txt").write_text(APP.format(name="victim"))
+    (apps / "victim.yaml").symlink_to(tmp_path / "v.txt")
+    (apps / "keep.yaml").write_text(APP.format(name="keep"))
+    (apps / "empty.yml").write_text("# only a comment\n")
+    (apps / "sub").symlink_to(tmp_path, target_is_directory=True)  # never followed
+    assert main(["validate", str(apps)]) == 1
+    out, err = capsys.readouterr()
+    assert "victim.yaml: is a symbolic link" in err and "empty.yml: holds no FlinkApp" in err
+    assert "2 errors: 1 valid app(s) in 3 file(s)" in out
+    assert main(["validate", str(apps / "victim.yaml")]) == 1
+    assert "is a symbolic link" in capsys.readouterr().err
+
+
+def test_a_new_file_with_broken_yaml_is_an_error_in_the_plan(repo: Repo, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    repo.write("apps/new.yaml", "metadata: {name: x\n")
+    repo.write("apps/new\nline.yaml", APP.format(name="newline"))
+    repo.commit("a broken new file and a path with a newline")
+    code = main(["plan", "--repo", str(repo.origin), "--base", "A", "--head", "HEAD", "--detailed-exitcode",
+                 "--cache-dir", str(tmp_path / "cache")])
+    out, _ = capsys.readouterr()
+    assert code == 1
+    assert "x apps/new.yaml: error" in out and "invalid YAML" in out
+    assert "x apps/new\\nline.yaml: error" in out and "newline" in out
+    assert "3 unchanged" in out
+
+    # The daemon's incremental pass reads the newline path as an error of that file only.
+    settings = load_settings({"repo_url": str(repo.origin), "state_dir": tmp_path / "state", "dry_run": True,
+                              "prune": True, "status_sink": "none"})
+    rec = make_reconciler(settings, FakeClock(), report=False)
+    rec.source.fetch()
+    rec.load(rec.source.resolve("A"))
+    plan = rec.plan(rec.source.head())
+    errors = {a.app: a.reason for a in plan.apps if a.action is Action.ERROR}
+    assert set(errors) == {"apps/new.yaml", "apps/new\\nline.yaml"}
+    assert "control character" in errors["apps/new\\nline.yaml"]
+    assert {a.app for a in plan.apps if a.action is not Action.ERROR} == set(NAMES)
