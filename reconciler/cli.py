@@ -19,7 +19,7 @@ from reconciler.clock import SystemClock
 from reconciler.core import render
 from reconciler.core.plan import Plan
 from reconciler.core.planner import Policy, offline_input, plan
-from reconciler.errors import ConfigError, ReconcilerError, SourceError
+from reconciler.errors import ConfigError, ReconcilerError, SourceError, SpecError
 from reconciler.spec.load import LoadResult, load_dir
 
 if TYPE_CHECKING:
@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="check spec files (file:line errors); exit 1 on any error")
     v.add_argument("paths", nargs="*", default=["."], help="spec files or directories (default: .)")
     v.add_argument("--output", choices=["text", "json"], default="text", help="output format (default: %(default)s)")
+    v.add_argument("--runtime", choices=["local", "kubernetes"], default=None,
+                   help="also check what this runtime needs (kubernetes: durable state, HA, renderable) "
+                        "(default: the configured runtime, FLINK_RECONCILER_RUNTIME, else local)")
     v.set_defaults(func=cmd_validate)
 
     pl = sub.add_parser("plan", help="what applying a revision would do, like terraform plan", epilog=_SETTINGS_EPILOG)
@@ -204,9 +207,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
             return EXIT_ERROR
         result = load_dir(root.parent, root.name) if root.is_file() else load_dir(root)
         prefix = root.parent if root.is_file() else root
-        total_apps += len(result.apps)
+        runtime_errors = _runtime_errors(result, args.runtime)
+        total_apps += len(result.apps) - len({e.app for e in runtime_errors})
         total_files += len(result.files)
-        for e in result.errors:
+        for e in (*result.errors, *runtime_errors):
             problems.append({"file": str(prefix / e.file), "line": e.line, "column": e.column,
                              "field": e.field, "app": e.app, "message": e.message,
                              "text": f"{prefix / e.location()}: {e.message}"})
@@ -220,6 +224,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
         status = f"{len(problems)} {word}" if problems else "ok"
         print(f"{status}: {total_apps} valid app(s) in {total_files} file(s)")
     return EXIT_ERROR if problems else EXIT_OK
+
+
+def _runtime_errors(result: LoadResult, runtime: str | None) -> list[SpecError]:
+    """What the runtime would refuse of the loaded apps; an app's spec.runtime.type overrides `runtime`."""
+    from reconciler.live.k8s_render import kubernetes_problems
+    from reconciler.live.k8s_storage import runs_on_kubernetes
+    from reconciler.settings import load_settings
+
+    default = runtime or load_settings({}).runtime
+    return [SpecError(p.message, file=la.file, line=la.line, field=p.field, app=la.app.name)
+            for la in result.apps.values() if runs_on_kubernetes(la.app, default)
+            for p in kubernetes_problems(la.app)]
 
 
 # ---------------------------------------------------------------------------------------------- plan

@@ -36,6 +36,7 @@ from ruamel.yaml.scalarstring import LiteralScalarString
 
 from reconciler.core.plan import spec_hash
 from reconciler.errors import RenderError
+from reconciler.live.k8s_storage import SpecProblem, kubernetes_spec_problems
 from reconciler.spec.model import FlinkApp, JobState
 
 Obj = dict[str, Any]
@@ -382,7 +383,37 @@ def render_app(
     allow_non_restored_state: bool = False,
     root_uid: str | None = None,
 ) -> list[Obj]:
-    """Every object of `app`, root first. Raises RenderError for input Kubernetes cannot run."""
+    """Every object of `app`, root first. Raises RenderError for input Kubernetes cannot run, including
+    state that would not be durable there (see k8s_storage: the first problem is raised)."""
+    problems = kubernetes_spec_problems(app)
+    if problems:
+        more = f" (and {len(problems) - 1} more: `flink-reconciler validate --runtime kubernetes` lists them)" \
+            if len(problems) > 1 else ""
+        raise RenderError(problems[0].message + more, app=app.name, field=problems[0].field)
+    return _render(app, revision=revision, job_id=job_id, restore_path=restore_path,
+                   allow_non_restored_state=allow_non_restored_state, root_uid=root_uid)
+
+
+def kubernetes_problems(app: FlinkApp) -> list[SpecProblem]:
+    """Everything that keeps `app` from running on Kubernetes: durable-state problems and whatever else
+    the renderer refuses (jar scheme, reserved Flink keys, memory sizes). Pure; empty when it may run."""
+    problems = kubernetes_spec_problems(app)
+    try:
+        _render(app, revision="check", job_id=None, restore_path=None)
+    except RenderError as e:
+        problems.append(SpecProblem(_loc(e.field), e.message))
+    return problems
+
+
+def _loc(field: str | None) -> tuple[str, ...]:
+    prefix = "spec.flinkConfiguration."
+    if field and field.startswith(prefix):  # a Flink key has dots of its own
+        return ("spec", "flinkConfiguration", field[len(prefix):])
+    return tuple(field.split(".")) if field else ()
+
+
+def _render(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: str | None,
+            allow_non_restored_state: bool = False, root_uid: str | None = None) -> list[Obj]:
     name, ns = app.name, app.metadata.namespace
     names = object_names(name)
     s = app.spec
@@ -396,7 +427,7 @@ def render_app(
         "metadata": _meta(app, names["root"], revision=revision, component="root"),
         "data": {"flinkapp.json": json.dumps(app.canonical(), sort_keys=True, separators=(",", ":"))},
     }]
-    if s.high_availability.enabled:
+    if s.high_availability.enabled and s.job.state is not JobState.SUSPENDED:  # for pods; a suspended app has none
         objs += [
             {"apiVersion": "v1", "kind": "ServiceAccount",
              "metadata": _meta(app, names["flink"], revision=revision, component="rbac")},

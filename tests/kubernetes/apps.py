@@ -18,6 +18,8 @@ def app(name: str = "counter", namespace: str = "flink", **spec: Any) -> FlinkAp
             "execution.checkpointing.savepoint-dir": "s3://bucket/savepoints/" + name,
             "execution.checkpointing.interval": "10s",
         },
+        # Stateful (the default upgradeMode savepoint) on Kubernetes needs HA: see k8s_storage.
+        "highAvailability": {"enabled": True, "storageDir": "s3://bucket/ha/" + name},
     }
     for k, v in spec.items():
         if isinstance(v, dict) and isinstance(body.get(k), dict):
@@ -53,7 +55,9 @@ EXAMPLES: dict[str, FlinkApp] = {
     "ha": app(
         "ha-app",
         jobManager={"replicas": 2, "resources": {"cpu": 1, "memory": "1536m"}},
-        highAvailability={"enabled": True, "storageDir": "s3://bucket/ha/ha-app"},
     ),
+    # Stateless needs neither durable storage nor HA: the one render without HA objects.
+    "stateless": app("sampler", job={"jarURI": "local:///opt/flink/usrlib/counter.jar", "upgradeMode": "stateless"},
+                     highAvailability={"enabled": False, "storageDir": None}),
     "suspended": app("paused", job={"jarURI": "local:///opt/flink/usrlib/counter.jar", "state": "suspended"}),
 }

@@ -76,8 +76,7 @@ def test_deployment_runs_two_non_root_replicas_with_probes() -> None:
 def _exercise_runtime(c: Cluster) -> None:
     """Every runtime operation the daemon uses, in the in-cluster configuration (rest_via=service)."""
     rt = KubernetesRuntime(c.api_client, clock=c.clock, namespaces=[c.namespace], poll_interval=c.poll)
-    plain, ha = app("plain", c.namespace), app("ha", c.namespace, jobManager={"replicas": 2},
-                                                highAvailability={"enabled": True, "storageDir": "s3://b/ha"})
+    plain, ha = app("plain", c.namespace), app("ha", c.namespace, jobManager={"replicas": 2})
     stateful = app("stateful", c.namespace, taskManager={"slots": 2, "volumeClaimTemplates": [
         {"name": "state", "mountPath": "/state", "storage": "1Gi"}]})
     for a in (plain, ha, stateful):
@@ -87,7 +86,9 @@ def _exercise_runtime(c: Cluster) -> None:
     rt.observe("plain")
     rt.drift(rt.render(plain, job_id="0" * 32))
     rt.ensure_cluster(app("stateful", c.namespace), deadline=c.clock.monotonic() + 60)  # prunes the StatefulSet
-    rt.ensure_cluster(app("ha", c.namespace), deadline=c.clock.monotonic() + 60)  # prunes the HA RBAC
+    no_ha = app("ha", c.namespace, job={"jarURI": "local:///j.jar", "upgradeMode": "stateless"},
+                highAvailability={"enabled": False, "storageDir": None})
+    rt.ensure_cluster(no_ha, deadline=c.clock.monotonic() + 60)  # prunes the HA RBAC
     rt.ensure_cluster(app("plain", c.namespace, job={"jarURI": "local:///j.jar", "state": "suspended"}),
                       deadline=c.clock.monotonic() + 60)
     for name in ("plain", "ha", "stateful"):

@@ -103,7 +103,8 @@ def test_jobmanager_args_application_mode_and_restore() -> None:
     jm = _by(CASES["restore"], "Deployment", "counter-jobmanager")
     c = jm["spec"]["template"]["spec"]["containers"][0]
     job_id = deterministic_job_id("counter", REVISION, 1)
-    assert c["args"] == ["standalone-job", "--job-classname", "com.example.Counter", "--job-id", job_id,
+    assert c["args"] == ["standalone-job", "--host", "$(POD_IP)", "--job-classname", "com.example.Counter",
+                         "--job-id", job_id,
                          "--fromSavepoint", "s3://bucket/savepoints/counter/savepoint-abc",
                          "--allowNonRestoredState", "--rate", "100"]
     plain = _by(CASES["plain"], "Deployment", "counter-jobmanager")["spec"]["template"]["spec"]["containers"][0]

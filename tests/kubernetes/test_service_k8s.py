@@ -47,7 +47,11 @@ def _wait(probe: Callable[[], bool], timeout: float = 15.0) -> bool:
 def test_settings_build_a_kubernetes_reconciler_and_one_leader(cluster: Cluster, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     repo = Repo(tmp_path)
-    repo.write("apps/a.yaml", spec("a").replace("jarURI: jobs/counter.jar", "jarURI: local:///opt/flink/usrlib/a.jar")
+    durable = ("  flinkConfiguration:\n    execution.checkpointing.dir: s3://b/checkpoints/a\n"
+               "    execution.checkpointing.savepoint-dir: s3://b/savepoints/a\n"
+               "  highAvailability:\n    enabled: true\n    storageDir: s3://b/ha/a\n")
+    repo.write("apps/a.yaml", spec("a", extra=durable)
+               .replace("jarURI: jobs/counter.jar", "jarURI: local:///opt/flink/usrlib/a.jar")
                .replace("  name: a\n", f"  name: a\n  namespace: {cluster.namespace}\n"))
     rev = repo.commit("one app")
     base = {"repo_url": str(repo.origin), "runtime": "kubernetes", "kubeconfig": str(_kubeconfig(cluster, tmp_path)),
