@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from datetime import timedelta
 from enum import IntEnum, StrEnum
@@ -31,7 +32,20 @@ API_VERSION = "flink-reconciler.io/v1alpha1"
 KIND = "FlinkApp"
 # Kubernetes object names are derived as <name>-taskmanager etc.; keep room for the suffixes.
 MAX_NAME_LENGTH = 45
-NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# ASCII only, whole string: `$` would also match before a trailing newline ("victim\n" a second app).
+NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# Flink option keys: dotted words (letters, digits, '-', '_'); nothing that could break config.yaml.
+FLINK_KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+MAX_FLINK_KEY_LENGTH = 256
+# A DNS-1123 subdomain (Kubernetes object names such as a ServiceAccount): no namespace form.
+SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+MAX_DURATION = timedelta(days=365)  # a deadline or an age beyond a year is a typo (and overflows)
+MAX_NONCE = 2**63 - 1  # nonces travel as Kubernetes annotations and Java longs
+
+
+def valid_name(value: str) -> bool:
+    """An app name (or namespace): a DNS-1123 label of at most MAX_NAME_LENGTH characters."""
+    return len(value) <= MAX_NAME_LENGTH and NAME_RE.fullmatch(value) is not None
 
 
 class ChangeClass(IntEnum):
@@ -72,23 +86,27 @@ def change(cls: ChangeClass, description: str, **kw: Any) -> Any:
     )
 
 
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_RE = re.compile(r"[ \t]*([0-9]+(?:\.[0-9]+)?)[ \t]*(ms|s|m|h|d)?[ \t]*")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 def parse_duration(value: Any) -> timedelta:
-    """Accept '90s', '5m', '1h', '1.5h', 300 (seconds) or a timedelta."""
+    """Accept '90s', '5m', '1h', '1.5h', 300 (seconds) or a timedelta; at most MAX_DURATION."""
     if isinstance(value, timedelta):
-        return value
-    if isinstance(value, bool):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool):
         raise ValueError("expected a duration like '30s', '5m' or '1h'")
-    if isinstance(value, int | float):
-        return timedelta(seconds=float(value))
-    if isinstance(value, str):
-        m = _DURATION_RE.match(value)
-        if m:
-            return timedelta(seconds=float(m.group(1)) * _UNIT_SECONDS[m.group(2)])
-    raise ValueError(f"expected a duration like '30s', '5m' or '1h', got {value!r}")
+    elif isinstance(value, int | float):
+        seconds = float(value) if not isinstance(value, int) or abs(value) < 10**20 else math.inf
+    elif isinstance(value, str) and (m := _DURATION_RE.fullmatch(value)):
+        seconds = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+    else:
+        raise ValueError(f"expected a duration like '30s', '5m' or '1h', got {value!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"expected a finite, non-negative duration, got {value!r}")
+    if seconds > MAX_DURATION.total_seconds():
+        raise ValueError(f"{value!r} is longer than {MAX_DURATION.days} days")
+    return timedelta(seconds=seconds)
 
 
 def format_duration(value: timedelta) -> str:
@@ -106,19 +124,19 @@ Duration = Annotated[
     WithJsonSchema(
         {
             "anyOf": [
-                {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*(ms|s|m|h|d)?\s*$"},
-                {"type": "number", "minimum": 0},
+                {"type": "string", "pattern": r"^[ \t]*[0-9]+(\.[0-9]+)?[ \t]*(ms|s|m|h|d)?[ \t]*$"},
+                {"type": "number", "minimum": 0, "maximum": MAX_DURATION.total_seconds()},
             ],
             "examples": ["30s", "5m", "1h"],
         }
     ),
 ]
 
-_QUANTITY_RE = re.compile(r"^\d+(\.\d+)?([kmgt]b?|[KMGT]i?|[kmgt])?$")
+_QUANTITY_RE = re.compile(r"[0-9]{1,15}(\.[0-9]{1,9})?([kmgt]b?|[KMGT]i?|[kmgt])?")
 
 
 def _check_memory(value: str) -> str:
-    if not _QUANTITY_RE.match(value):
+    if not _QUANTITY_RE.fullmatch(value):
         raise ValueError(f"expected a memory size like '1024m', '2g' or '2Gi', got {value!r}")
     return value
 
@@ -159,7 +177,8 @@ class RuntimeType(StrEnum):
 
 
 class Resources(_Model):
-    cpu: float = change(ChangeClass.UPGRADE, "CPU cores per pod (Kubernetes).", default=1.0, gt=0)
+    cpu: float = change(ChangeClass.UPGRADE, "CPU cores per pod (Kubernetes).", default=1.0, gt=0, le=1024,
+                        allow_inf_nan=False)
     memory: MemorySize = change(
         ChangeClass.UPGRADE, "Total process memory of the JVM (Flink's *.memory.process.size).",
         default="1024m",
@@ -173,8 +192,15 @@ class RuntimeHints(_Model):
         default=None,
     )
     service_account: str | None = change(
-        ChangeClass.UPGRADE, "Kubernetes ServiceAccount of the Flink pods.", default=None
+        ChangeClass.UPGRADE, "Kubernetes ServiceAccount of the Flink pods (in the app's namespace).", default=None
     )
+
+    @field_validator("service_account")
+    @classmethod
+    def _plain_name(cls, v: str | None) -> str | None:
+        if v is not None and (len(v) > 253 or not SUBDOMAIN_RE.fullmatch(v)):
+            raise ValueError(f"{v!r} is not a ServiceAccount name (a DNS-1123 subdomain in the app's namespace)")
+        return v
 
 
 class JobManagerSpec(_Model):
@@ -199,7 +225,7 @@ class VolumeClaimTemplate(_Model):
     @field_validator("name")
     @classmethod
     def _dns_name(cls, v: str) -> str:
-        if not NAME_RE.match(v) or len(v) > 63:
+        if not NAME_RE.fullmatch(v) or len(v) > 63:
             raise ValueError(f"{v!r} is not a DNS-1123 label (lowercase letters, digits, '-')")
         return v
 
@@ -269,12 +295,13 @@ class JobSpec(_Model):
         default=None,
     )
     restart_nonce: int | None = change(
-        ChangeClass.UPGRADE, "Change to restart the job (state carried per upgradeMode).", default=None
+        ChangeClass.UPGRADE, "Change to restart the job (state carried per upgradeMode).", default=None,
+        ge=-MAX_NONCE, le=MAX_NONCE,
     )
     savepoint_redeploy_nonce: int | None = change(
         ChangeClass.UPGRADE,
         "Change to redeploy from initialSavepointPath, discarding the current state (or empty state if unset).",
-        default=None,
+        default=None, ge=-MAX_NONCE, le=MAX_NONCE,
     )
     @field_validator("args", mode="before")
     @classmethod
@@ -343,6 +370,15 @@ class AppSpec(_Model):
             }
         return v
 
+    @field_validator("flink_configuration")
+    @classmethod
+    def _flink_keys(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if len(key) > MAX_FLINK_KEY_LENGTH or not FLINK_KEY_RE.fullmatch(key):
+                raise ValueError(f"{key!r} is not a Flink option key (letters, digits, '.', '-', '_', "
+                                 f"at most {MAX_FLINK_KEY_LENGTH} characters)")
+        return v
+
     @model_validator(mode="after")
     def _consistent(self) -> AppSpec:
         if self.job_manager.replicas > 1 and not self.high_availability.enabled:
@@ -365,7 +401,7 @@ class Metadata(_Model):
     @field_validator("name", "namespace")
     @classmethod
     def _dns_label(cls, v: str) -> str:
-        if not NAME_RE.match(v):
+        if not NAME_RE.fullmatch(v):
             raise ValueError(f"{v!r} is not a DNS-1123 label: lowercase letters, digits and '-', "
                              "starting and ending with a letter or digit")
         if len(v) > MAX_NAME_LENGTH:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from reconciler.errors import SpecLimitError
-from reconciler.spec.load import MAX_FILE_BYTES, load_dir, load_files
+from reconciler.spec.load import MAX_FILE_BYTES, Unreadable, load_dir, load_files
 
 GOOD = """\
 apiVersion: flink-reconciler.io/v1alpha1
@@ -107,3 +109,91 @@ def test_parallelism_beyond_slots_is_rejected() -> None:
     text = GOOD.format(name="x") + "    parallelism: 3\n"
     (err,) = load_files({"a.yaml": text.encode()}).errors
     assert "exceeds the task slots" in err.message and err.field == "spec"
+
+
+HOSTILE = {
+    # one bad value: an error of its app, never an exception out of the loader (issue 13 item 4)
+    "deadline overflow": ("spec:\n  deadlines: {start: 99999999999d}\n", "spec.deadlines.start", "365 days"),
+    "deadline inf": ("spec:\n  deadlines: {start: .inf}\n", "spec.deadlines.start", "finite"),
+    "deadline huge int": ("spec:\n  deadlines: {delete: 99999999999999999999999}\n", "spec.deadlines.delete",
+                          "finite"),
+    "cpu inf": ("spec:\n  jobManager: {resources: {cpu: .inf}}\n", "spec.jobManager.resources.cpu", "finite"),
+    "cpu nan": ("spec:\n  taskManager: {resources: {cpu: .nan}}\n", "spec.taskManager.resources.cpu", "finite"),
+    "nonce overflow": ("spec:\n  job: {restartNonce: 99999999999999999999999}\n", "spec.job.restartNonce",
+                       "less than or equal"),
+    # validation bypasses (item 8): `$` before a trailing newline, Unicode digits
+    "memory unicode digits": ('spec:\n  jobManager: {resources: {memory: "\u0661\u0660\u0662\u0664m"}}\n',
+                              "spec.jobManager.resources.memory", "memory size"),
+    "memory trailing newline": ('spec:\n  jobManager: {resources: {memory: "1024m\\n"}}\n',
+                                "spec.jobManager.resources.memory", "memory size"),
+    "duration unicode digits": ('spec:\n  deadlines: {start: "\u0661\u0660s"}\n', "spec.deadlines.start", "duration"),
+    "namespace trailing newline": ('metadata:\n  namespace: "prod\\n"\n', "metadata.namespace", "DNS-1123"),
+    # config injection (item 7): a key that would write other keys into config.yaml
+    "flink key with newline": ('spec:\n  flinkConfiguration: {"zz: \\"1\\"\\nkubernetes.cluster-id": other}\n',
+                               "spec.flinkConfiguration", "not a Flink option key"),
+    "flink key with colon": ('spec:\n  flinkConfiguration: {"a: b": c}\n', "spec.flinkConfiguration",
+                             "not a Flink option key"),
+    "service account of another namespace": ("spec:\n  runtime: {serviceAccount: 'kube-system:admin'}\n",
+                                             "spec.runtime.serviceAccount", "ServiceAccount name"),
+}
+
+
+def _merge_yaml(extra: str) -> str:
+    """GOOD for app 'x' with `extra`'s top-level blocks merged in (spec.job stays)."""
+    base = {"metadata": "metadata:\n  name: x\n", "spec": "spec:\n  job:\n    jarURI: jobs/counter.jar\n"}
+    for block in ("metadata", "spec"):
+        if extra.startswith(block + ":"):
+            body = extra.split("\n", 1)[1]
+            if "job: {" in body:  # a flow-style job replaces the block one
+                base[block] = f"{block}:\n" + body.replace("job: {", "job: {jarURI: jobs/counter.jar, ")
+            else:
+                base[block] += body
+    return "apiVersion: flink-reconciler.io/v1alpha1\nkind: FlinkApp\n" + base["metadata"] + base["spec"]
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_values_are_errors_of_their_app(case: str) -> None:
+    extra, field, words = HOSTILE[case]
+    result = load_files({"apps/x.yaml": _merge_yaml(extra).encode(),
+                         "apps/y.yaml": GOOD.format(name="y").encode()})
+    assert set(result.apps) == {"y"}, "the other app still loads"
+    (err,) = result.errors
+    assert (err.file, err.field, err.app) == ("apps/x.yaml", field, "x")
+    assert words in err.message
+    assert result.broken_files == {"apps/x.yaml"}
+
+
+def test_a_name_with_a_trailing_newline_is_not_a_second_app() -> None:
+    result = load_files({"a.yaml": GOOD.format(name="victim").encode(),
+                         "b.yaml": GOOD.format(name='"victim\\n"').encode()})
+    assert set(result.apps) == {"victim"}
+    (err,) = result.errors
+    assert err.field == "metadata.name" and err.app == "b.yaml"  # no valid name: the file stands for it
+
+
+def test_deep_nesting_and_huge_integers_are_limits_not_crashes() -> None:
+    deep = GOOD.format(name="x") + "  podTemplate: " + "{a: " * 900 + "1" + "}" * 900 + "\n"
+    (err,) = load_files({"deep.yaml": deep.encode()}).errors
+    assert isinstance(err, SpecLimitError) and "nested more than" in err.message and err.app == "x"
+    deeper = GOOD.format(name="x") + "  podTemplate: " + "[" * 20000 + "]" * 20000 + "\n"
+    (err,) = load_files({"deeper.yaml": deeper.encode()}).errors
+    assert err.file == "deeper.yaml"
+    digits = GOOD.format(name="x").replace("jarURI: jobs/counter.jar", "jarURI: j\n    restartNonce: " + "9" * 5000)
+    (err,) = load_files({"digits.yaml": digits.encode()}).errors
+    assert err.file == "digits.yaml" and "invalid YAML" in err.message
+
+
+@pytest.mark.parametrize("text", ["", "# only comments\n", "~\n", "---\n...\n", "null\n"])
+def test_a_file_without_an_app_is_broken(text: str) -> None:
+    result = load_files({"apps/v.yaml": text.encode()})
+    (err,) = result.errors
+    assert "holds no FlinkApp" in err.message and err.app == "apps/v.yaml"
+    assert result.broken_files == {"apps/v.yaml"}
+    assert result.update({"apps/v.yaml": GOOD.format(name="v").encode()}).broken_files == frozenset()
+    assert result.update({"apps/v.yaml": Unreadable("is a directory, not a file")}).broken_files == {"apps/v.yaml"}
+
+
+def test_valid_flink_keys_still_load() -> None:
+    text = GOOD.format(name="x") + ("  flinkConfiguration:\n    state.backend.type: rocksdb\n"
+                                    "    containerized.master.env.JAVA_HOME: /opt/java\n    s3.access-key: k\n")
+    assert load_files({"x.yaml": text.encode()}).errors == ()
