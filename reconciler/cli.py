@@ -142,9 +142,9 @@ def _parser() -> argparse.ArgumentParser:
                                     "a Git revision (--repo).",
                         epilog="Example: flink-reconciler render apps/ | kubectl apply --dry-run=server -f -")
     rd.add_argument("spec_path", nargs="?", metavar="PATH",
-                    help="a spec file, a directory of specs, or - for stdin (default: --repo is needed)")
-    rd.add_argument("--repo", help="render from this Git repository (path or URL) instead of PATH "
-                                   "(default: not used)")
+                    help="a spec file, a directory of specs, or - for stdin (default: none, then --repo is required)")
+    rd.add_argument("--repo", help="render a revision of this Git repository (path or URL) instead of PATH "
+                                   "(default: none)")
     rd.add_argument("--rev", default=None, help="with --repo: the revision to render (default: HEAD)")
     rd.add_argument("--path", default="", help="with --repo: " + _PATH_HELP)
     rd.add_argument("--app", action="append", help="only this app, repeatable (default: every app)")
