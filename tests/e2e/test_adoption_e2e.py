@@ -1,0 +1,231 @@
+"""Issue 8, end to end on real Flink: the reconciler loses its memory, the app keeps its state.
+
+The records (journal, last applied spec, savepoint history) live on the reconciler's disk here. When
+they are gone (new pod, failover, a deleted state directory), the first `apply` sees an app it has no
+record of. It must adopt the app with the newest state Flink or the storage shows, never start it
+empty:
+
+(a) suspend via Git, delete the whole state directory except `savepoints/`, resume via Git: the plan
+    says it restores from the suspend savepoint, and every count continues.
+(b) kill -9 `apply` right after the stop-with-savepoint of an upgrade completed, delete the journal
+    and the records, apply again: exactly one job, restored from the savepoint just taken (Flink still
+    lists the stopped job with it), and every count continues.
+
+One Git repository, one state directory and one app for the module (tests run in order and build on
+each other), reusing the driver of tests/e2e/test_apply_e2e.py. Nothing sleeps to assert.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconciler.clock import SystemClock
+from reconciler.live.local import LocalRuntime
+from reconciler.live.observe import observe
+from tests.e2e.test_apply_e2e import APP, E2E, JAR_PATH, SPEC_FILE, app_yaml, start_step, step_types
+from tests.fixtures.flink import teardown_runtime
+from tests.gitutil import Repo
+
+pytestmark = [pytest.mark.flink, pytest.mark.slow]
+
+NOTES: list[str] = []  # what the crash test saw (printed at the end of the module)
+
+
+def commit_state(env: E2E, message: str, state: str, **changes: Any) -> str:
+    """Commit the app's spec with `spec.job.state` set (the shared driver only writes running apps)."""
+    if "rate" in changes:
+        env.rate = changes["rate"]
+    text = app_yaml(parallelism=env.parallelism, mode=env.mode, rate=env.rate, entry_class=env.entry_class)
+    marker = f"    upgradeMode: {env.mode}\n"
+    assert marker in text
+    env.repo.write(SPEC_FILE, text.replace(marker, marker + f"    state: {state}\n"))
+    rev = env.repo.commit(message)
+    env.revisions.append(rev)
+    return rev
+
+
+def forget_everything_but(state_dir: Path, keep: set[str]) -> list[str]:
+    """Delete every entry of the state directory whose name is not in `keep`; returns what went."""
+    gone = []
+    for p in sorted(state_dir.iterdir()):
+        if p.name in keep:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+        gone.append(p.name)
+    return gone
+
+
+def forget_records(state_dir: Path) -> list[str]:
+    """The reconciler's memory: the journal (with its WAL files) and the records store, whichever exists."""
+    gone = []
+    for p in sorted(state_dir.iterdir()):
+        if p.name.startswith("journal.sqlite") or p.name == "records":
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+            gone.append(p.name)
+    return gone
+
+
+def same_path(a: str | None, b: str | None) -> bool:
+    """Flink writes `file:/x`, other places `file:///x`: compare the directories."""
+    def norm(p: str) -> Path:
+        return Path(p.removeprefix("file://").removeprefix("file:")).resolve()
+    return a is not None and b is not None and norm(a) == norm(b)
+
+
+@pytest.fixture(scope="module")
+def env(counter_jar: Path, flink_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
+    root = tmp_path_factory.mktemp("adoption")
+    repo = Repo(root)
+    state = root / "state"
+    rt = LocalRuntime(state, clock=SystemClock(), flink_home=flink_home)
+    e = E2E(repo=repo, state=state, rt=rt)
+    repo.write(JAR_PATH, counter_jar.read_bytes())
+    e.commit("counter app")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FLINK_HOME", str(flink_home))
+        try:
+            code, out = e.apply()
+            assert code == 0, f"creating the app failed:\n{out}"
+            e.counts_at_least(1)
+            yield e
+        finally:
+            teardown_runtime(rt)
+            if NOTES:
+                print("\n[adoption e2e] " + "\n[adoption e2e] ".join(NOTES))
+
+
+# ------------------------------------------------------------------------------------------------
+# (a) suspended app, state directory lost except its savepoints, resumed in Git
+
+
+def test_resume_after_losing_the_state_dir_restores_the_suspend_savepoint(env: E2E) -> None:
+    env.only_running_job()
+    commit_state(env, "suspend", "suspended")
+    code, out = env.apply()
+    assert code == 0, out
+    assert env.rt.read_record(APP) is None, "suspend should have removed the cluster"
+    suspend_sp = env.status()["last_savepoint"]
+    assert suspend_sp, env.status()
+    before = env.counts()  # what the job wrote up to its stop-with-savepoint
+
+    gone = forget_everything_but(env.state, {"savepoints"})
+    assert "journal.sqlite" in gone or "records" in gone, gone
+    NOTES.append(f"(a) deleted from the state dir: {', '.join(gone)}")
+
+    rev = commit_state(env, "resume", "running")
+    plan = env.plan_live()
+    assert plan["action"] == "create", plan["reason"]
+    assert plan["reason"].startswith("adopted: restoring from"), plan["reason"]
+    start = start_step(plan)
+    assert start["restore"]["kind"] == "path" and same_path(start["restore"]["path"], suspend_sp), (
+        start["restore"], suspend_sp)
+    assert not plan["risks"], plan["risks"]
+    NOTES.append(f"(a) plan: {plan['reason']}")
+
+    code, out = env.apply()
+    assert code == 0, out
+    job = env.only_running_job()
+    assert job == start["job_id"]
+    restored, is_savepoint = env.restored_from(job)
+    assert same_path(restored, suspend_sp) and is_savepoint, (restored, suspend_sp)
+    env.assert_counts_continue(before)
+    st = env.status()
+    assert (st["applied"], st["job_id"], st["outcome"]) == (rev, job, "success"), st
+
+
+# ------------------------------------------------------------------------------------------------
+# (b) kill -9 right after the upgrade's stop-with-savepoint, the reconciler's memory deleted
+
+
+def kill_after_stop(env: E2E, timeout: float = 120) -> dict[str, Any] | None:
+    """Run `apply`; SIGKILL it as soon as the journal holds the savepoint its stop took. Returns the
+    in-flight row, or None when `apply` finished first."""
+    proc = env.apply_process()
+    end = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                row = env.inflight()
+            except sqlite3.OperationalError:
+                row = None
+            if row is not None and row["captured_path"]:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=30)
+                return env.inflight()
+            if proc.poll() is not None:
+                out = proc.stdout.read() if proc.stdout else ""
+                assert proc.returncode == 0, f"apply failed before the kill:\n{out}"
+                return None
+            if time.monotonic() > end:
+                pytest.fail(f"timed out after {timeout}s waiting for the stop's savepoint in the journal")
+            time.sleep(0.002)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def test_kill_after_stop_then_lost_records_restores_the_savepoint_just_taken(env: E2E) -> None:
+    for attempt in range(1, 4):
+        old_job = env.only_running_job()
+        before = env.counts_at_least(1)
+        rev = env.commit(f"rate + 1 (killed after the stop, attempt {attempt})", rate=env.next_rate())
+        row = kill_after_stop(env)
+        if row is not None:
+            break
+        NOTES.append(f"(b) attempt {attempt}: apply finished before the kill")
+    else:
+        pytest.fail("three applies finished before the kill could land")
+    taken = row["captured_path"]
+    plan_killed = json.loads(row["plan"])
+    planned_job = start_step(plan_killed)["job_id"]
+    jobs = {j.job_id: j.state for j in env.jobs()}
+    assert jobs.get(old_job) == "FINISHED", jobs
+    submitted = planned_job in jobs
+    NOTES.append(f"(b) killed at step {row['step_index']} with the savepoint {taken}; the new job "
+                 f"{'had' if submitted else 'had not'} been submitted; jobs: {jobs}")
+
+    gone = forget_records(env.state)
+    assert gone, sorted(p.name for p in env.state.iterdir())
+    NOTES.append(f"(b) deleted: {', '.join(gone)}")
+
+    live = observe(env.rt, [APP]).get(APP)
+    plan = env.plan_live()
+    NOTES.append(f"(b) plan after the memory loss: {plan['action']}: {plan['reason']}")
+    if not submitted:
+        # What Flink still shows: the old job, FINISHED, and the savepoint it stopped with.
+        assert live.stopped_job_id == old_job and live.stopped_savepoint is not None, live
+        assert same_path(live.stopped_savepoint.path, taken), (live.stopped_savepoint, taken)
+        assert plan["action"] == "create" and plan["reason"].startswith("adopted: restoring from"), plan["reason"]
+        assert step_types(plan) == ["EnsureCluster", "StartJob", "AwaitRunning", "AwaitHealthy"], plan["steps"]
+        start = start_step(plan)
+        assert start["restore"]["kind"] == "path" and same_path(start["restore"]["path"], taken), start
+        assert not any("WITHOUT STATE" in r for r in plan["risks"]), plan["risks"]
+    else:  # the kill came after the submit: the job runs from the savepoint; nothing to start
+        assert plan["action"] in ("noop", "upgrade"), plan
+
+    code, out = env.apply_subprocess()
+    assert code == 0, out
+    job = env.only_running_job()  # exactly one job runs
+    restored, is_savepoint = env.restored_from(job)
+    if plan["action"] == "upgrade":  # upgraded again from a savepoint of the adopted job: still continuous
+        assert is_savepoint, (restored, taken)
+    else:
+        assert same_path(restored, taken) and is_savepoint, (restored, taken)
+    env.assert_counts_continue(before)
+    st = env.status()
+    assert (st["applied"], st["job_id"], st["outcome"]) == (rev, job, "success"), st
