@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import os
 import sys
@@ -244,8 +243,10 @@ def _runtime_errors(result: LoadResult, runtime: str | None) -> list[SpecError]:
 def _cache_dir(args: argparse.Namespace, repo: str) -> Path:
     if args.cache_dir:
         return Path(args.cache_dir)
+    from reconciler.source.git import cache_key
+
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flink-reconciler" / "git"
-    return base / hashlib.sha256(repo.encode()).hexdigest()[:16]
+    return base / cache_key(repo)  # the resolved repository, not the argument as typed ('.')
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

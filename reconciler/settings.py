@@ -29,14 +29,14 @@ ENV_PREFIX = "FLINK_RECONCILER_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"
 REDACTED = "**********"
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
+_DURATION = re.compile(r"[ \t]*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)[ \t]*(ms|s|m|h)?[ \t]*")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
 def parse_duration(value: object) -> object:
     """Accept 15, 15.0, "15", "15s", "500ms", "2m", "1h"; leave anything else for pydantic to reject."""
     if isinstance(value, str):
-        m = _DURATION.match(value)
+        m = _DURATION.fullmatch(value)
         if not m:
             raise ValueError(f"not a duration: {value!r} (examples: 15, 15s, 500ms, 2m, 1h)")
         return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
@@ -47,7 +47,7 @@ def _upper(value: object) -> object:
     return value.upper() if isinstance(value, str) else value
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0, le=86400 * 365, allow_inf_nan=False)]
 
 
 class Settings(BaseSettings):
@@ -129,6 +129,18 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    @field_validator("state_dir")
+    @classmethod
+    def _usable_state_dir(cls, value: Path) -> Path:
+        """A state dir that is a file (or under one) fails here, with its name, not later in a traceback."""
+        path = value.expanduser()
+        for p in (path, *path.absolute().parents):
+            if p.exists() or p.is_symlink():
+                if not p.is_dir():
+                    raise ValueError(f"{p} is not a directory" + ("" if p == path else f" (on the way to {path})"))
+                break
+        return path
 
     @field_validator("path")
     @classmethod

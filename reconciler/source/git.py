@@ -427,7 +427,10 @@ class GitSource:
     def _ensure_repo(self) -> git.Repo:
         if self._repo is not None:
             return self._repo
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise SourceError(f"cannot create the git cache at {self.cache_dir}: {e.strerror}") from None
         if not (self.git_dir / "HEAD").exists():
             try:
                 git.Repo.init(str(self.git_dir), bare=True)
@@ -590,6 +593,24 @@ def _split_credentials(url: str) -> tuple[str, str | None, str | None]:
     return clean, unquote(parts.username or "") or None, unquote(parts.password) if parts.password else None
 
 
+def cache_key(url: str) -> str:
+    """A short stable name for the cache of `url`, so two repositories never share a cache and one keeps
+    one: a local repository by its absolute, resolved path (however it was typed: '.', relative, via a
+    symlink, file://), a remote one by its URL without credentials, scheme and host lower-cased,
+    trailing '/' and '.git' dropped."""
+    if url.startswith("file://"):
+        url = unquote(urlsplit(url).path)
+    url, _, _ = _split_credentials(_normalize_url(url))
+    if "://" in url:
+        parts = urlsplit(url)
+        url = urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path, parts.query, ""))
+    elif _SCP_LIKE.match(url):
+        host, _, path = url.partition(":")
+        url = f"{host.lower()}:{path}"
+    url = url.rstrip("/").removesuffix(".git").rstrip("/")
+    return hashlib.sha256(url.encode()).hexdigest()[:16]
+
+
 def _ls_tree_entries(listing: bytes) -> list[tuple[bytes, bytes, str, str]]:
     """(mode, type, object id, path) of each entry of `git ls-tree -z` output."""
     out = []
@@ -653,5 +674,6 @@ __all__ = [
     "FetchResult",
     "GitSource",
     "blob_sha",
+    "cache_key",
     "redact_url",
 ]
