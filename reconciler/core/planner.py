@@ -415,6 +415,8 @@ def _create(ctx: _Ctx) -> AppPlan:
         reason = f"adopted: restoring from {src.describe()} ({what})"
     elif risks:
         reason = "new app (stateless): the state found is not used"
+    elif ctx.inp.mode == "offline":
+        reason = "new app"  # a preview sees no storage; the live plan looks for a past before it starts
     else:
         reason = "new app, from empty state: no record, savepoint or checkpoint of it anywhere"
     return ctx.app_plan(Action.CREATE, reason, risks=risks, steps=tuple(_start_steps(ctx, restore, ctx.job_id)))
