@@ -58,6 +58,7 @@ from reconciler.live.local_config import (
     cluster_config_hash,
     extract_log_reason,
     fast_start_flags,
+    flink_environment,
     render_config,
     render_yaml,
 )
@@ -424,7 +425,7 @@ class LocalRuntime:
         else:
             cmd += [TM_ENTRY, "--configDir", str(p.conf), *mem.dynamic,
                     "-D", f"taskmanager.resource-id={_resource_id(rec, index)}"]
-        env = {**os.environ, "FLINK_HOME": str(self.dist.home), "FLINK_CONF_DIR": str(p.conf),
+        env = {**flink_environment(os.environ), "FLINK_HOME": str(self.dist.home), "FLINK_CONF_DIR": str(p.conf),
                "FLINK_LIB_DIR": str(self.dist.home / "lib"), "FLINK_PLUGINS_DIR": str(self.dist.home / "plugins"),
                "FLINK_OPT_DIR": str(self.dist.home / "opt"), "FLINK_LOG_DIR": str(p.log)}
         out: IO[bytes]
