@@ -3,6 +3,7 @@ and a spec cannot write keys of its own into a generated config.yaml (issue 13 i
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,9 +12,13 @@ import pytest
 from pydantic import ValidationError
 from ruamel.yaml import YAML
 
+from reconciler.clock import FakeClock
+from reconciler.daemon.service import make_reconciler
+from reconciler.errors import ReconcilerError
 from reconciler.live.k8s_render import config_yaml
 from reconciler.live.local import LocalRuntime
 from reconciler.live.local_config import flink_environment, render_yaml
+from reconciler.settings import load_settings
 from tests.fixtures.flink import counter_app
 
 SECRETS = {
@@ -61,3 +66,21 @@ def test_local_jvms_do_not_inherit_the_reconcilers_secrets(
         assert "FLINK_CONF_DIR" in names and "PATH" in names
         assert not names & set(SECRETS), proc.name
     rt.delete_cluster("envcheck", deadline=time.monotonic() + 60)
+
+
+def test_a_token_in_the_repo_url_never_reaches_readiness_logs_or_git_config(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    token = "ghp_d4emon-T0KEN"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed: every fetch fails
+    settings = load_settings({"repo_url": f"https://{token}@127.0.0.1:{port}/repo.git", "dry_run": True,
+                              "state_dir": tmp_path / "state", "status_sink": "none"})
+    rec = make_reconciler(settings, FakeClock(), report=False)
+    with pytest.raises(ReconcilerError) as failed:
+        rec.sync(full=True, reason="test")
+    ready, why = rec.readiness()
+    assert not ready and f"127.0.0.1:{port}/repo.git" in why
+    config = (tmp_path / "state" / "git" / "repo.git" / "config").read_text()
+    for text in (str(failed.value), why, caplog.text, config, repr(settings), str(settings.redacted())):
+        assert token not in text
