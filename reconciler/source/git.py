@@ -381,6 +381,27 @@ class GitSource:
                 log.info("notes push to %s raced another writer (attempt %d), retrying", self._url, attempt)
             raise SourceError(f"push notes to {self._url} kept being rejected after {attempts} attempts: {last_error}")
 
+    def read_notes(self, ref: str = NOTES_REF) -> dict[str, str]:
+        """Every note under `ref`, origin's and ours merged (ours win per commit): commit sha -> text.
+
+        Used once at start-up, to recover what earlier reconcilers wrote (lineage) when records are gone."""
+        with self._lock:
+            self._require_repo()
+            remote_ref = _REMOTE_NOTES_PREFIX + ref.removeprefix("refs/notes/")
+            self._exec(["update-ref", "-d", remote_ref])
+            self._run(["fetch", "--no-write-fetch-head", "origin", f"+{ref}:{remote_ref}"], network=True,
+                      what=f"fetch notes from {self._url}", ok_stderr=("couldn't find remote ref",))
+            notes: dict[str, str] = {}
+            for r in (remote_ref, ref):
+                if self._ref_sha(r) is None:
+                    continue
+                listing = self._run(["notes", "--ref", r, "list"], what="list notes").decode().split()
+                blobs, commits = listing[0::2], listing[1::2]
+                for commit, body in zip(commits, self._cat_batch(blobs), strict=True):
+                    if body is not None:
+                        notes[commit] = body.decode(errors="replace")
+            return notes
+
     # ---------------------------------------------------------------- internals
 
     def _drop_pending(self, ref: str, count: int) -> None:
