@@ -122,6 +122,9 @@ class ConfigMapRecordStore:
     def put(self, app: str, doc: Doc, *, expected: str | None) -> str:
         token = self._check_fence(app)
         ns = self._ns.get(app) or doc.get("namespace") or self.namespaces[0]
+        if ns not in self.namespaces:  # a record we would never list again is a record lost
+            raise JournalError(f"app {app} is in namespace {ns}, which this reconciler does not watch "
+                               f"({', '.join(self.namespaces)}): add it to `namespaces`")
         data = encode(doc).decode()
         if len(data) > MAX_BYTES:
             raise JournalError(f"the record of {app} would be {len(data)} bytes, more than a ConfigMap holds")
