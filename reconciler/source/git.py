@@ -395,10 +395,14 @@ class GitSource:
             for r in (remote_ref, ref):
                 if self._ref_sha(r) is None:
                     continue
-                listing = self._run(["notes", "--ref", r, "list"], what="list notes").decode().split()
-                blobs, commits = listing[0::2], listing[1::2]
-                for commit, body in zip(commits, self._cat_batch(blobs), strict=True):
-                    if body is not None:
+                # ls-tree, not `git notes list`: `notes --ref` would rewrite a ref outside refs/notes/.
+                # A notes tree names each commit by its path, possibly fanned out (ab/cdef...).
+                entries = [line.split("\t", 1) for line in self._run(
+                    ["ls-tree", "-r", "-z", r], what="list notes").decode().split("\0") if "\t" in line]
+                pairs = [(path.replace("/", ""), meta.split()[2]) for meta, path in entries]
+                bodies = self._cat_batch([blob for _, blob in pairs])
+                for (commit, _), body in zip(pairs, bodies, strict=True):
+                    if body is not None and _is_sha(commit):
                         notes[commit] = body.decode(errors="replace")
             return notes
 

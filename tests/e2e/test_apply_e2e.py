@@ -344,6 +344,10 @@ def test_savepoint_upgrade_continues_every_count(e2e: E2E, change: str) -> None:
     assert (restored, is_savepoint) == (st["last_savepoint"], True)
     assert [s["path"] for s in e2e.savepoints(rev)] == [st["last_savepoint"]]
     assert Path(st["last_savepoint"].removeprefix("file:")).is_dir()
+    # `history` tells the lineage: this revision's job started from the savepoint the upgrade took.
+    lineage = e2e.history_json()["lineage"][-1]
+    assert (lineage["revision"], lineage["outcome"], lineage["restored_from"], lineage["savepoints"],
+            lineage["job_id"]) == (rev, "success", st["last_savepoint"], [st["last_savepoint"]], new_job), lineage
     if change.startswith("parallelism"):
         # The source made one split at parallelism 1: restored at 2, one of its readers has nothing to
         # read and FINISHES, and the job runs on (a RUNNING job, which the next upgrade must treat so).
