@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from reconciler.apply.executor import AppResult, Executor, StepEvent
 from reconciler.apply.journal import Journal
+from reconciler.apply.migrate import migrate_sqlite_journal
 from reconciler.clock import Clock
 from reconciler.core.observed import AppRecord, Outcome, Records, SavepointRecord
 from reconciler.core.plan import Action, AppPlan, Plan
@@ -504,12 +505,17 @@ def make_reconciler(settings: Settings, clock: Clock, *, metrics: Metrics | None
     source = make_source(settings)
     runtime = make_runtime(settings, clock)
     elector, stop_election = _leader_election(settings, runtime, clock)
+    journal = Journal(settings.state_dir / "journal", clock, store=make_record_store(settings, runtime, elector))
+    # The SQLite journal of 0.1 is imported once. With an election only the leader may write, and in a
+    # cluster that journal lived in an emptyDir anyway: nothing to import there.
+    if elector is None:
+        migrate_sqlite_journal(settings.state_dir, journal)
     return Reconciler(
         source=source,
         runtime=runtime,
         leader=elector.is_leader if elector is not None else None,
         on_shutdown=stop_election,
-        journal=Journal(settings.state_dir / "journal", clock, store=make_record_store(settings, runtime, elector)),
+        journal=journal,
         clock=clock,
         subdir=settings.path,
         policy=Policy(prune=settings.prune, mass_delete_fraction=settings.mass_delete_threshold,
