@@ -23,6 +23,7 @@ from reconciler.spec.load import LoadResult, load_dir
 
 if TYPE_CHECKING:
     from reconciler.apply.executor import StepEvent
+    from reconciler.apply.journal import Lineage
     from reconciler.daemon.service import Reconciler
     from reconciler.settings import Settings
     from reconciler.source.git import GitSource
@@ -448,13 +449,20 @@ def cmd_history(args: argparse.Namespace) -> int:
     transitions = rec.journal.history(args.app)
     record = rec.journal.record(args.app)
     savepoints = record.savepoints if record else ()
+    lineage = rec.journal.lineage(args.app)
     if not transitions and not savepoints:
         print(f"error: no history for app {args.app!r}", file=sys.stderr)
         return EXIT_ERROR
     if args.output == "json":
         print(json.dumps({"transitions": [t.__dict__ | {"at": t.at.isoformat()} for t in transitions],
-                          "savepoints": [s.model_dump(mode="json") for s in savepoints]}, indent=2, default=str))
+                          "savepoints": [s.model_dump(mode="json") for s in savepoints],
+                          "lineage": [_lineage_json(e) for e in lineage]}, indent=2, default=str))
         return EXIT_OK
+    print(f"lineage of {args.app} (per revision: the state its job started from, the savepoints it took):")
+    for e in lineage:
+        started = "-" if e.restored_from is None else (e.restored_from or "empty state")
+        print(f"  {e.at:%Y-%m-%d %H:%M:%S}  {e.revision[:12]:12}  {e.action:9} {e.outcome.value:8} "
+              f"from {started}" + (f"  ->  {', '.join(e.savepoints)}" if e.savepoints else ""))
     print(f"transitions of {args.app}:")
     for t in transitions:
         outcome = t.outcome.value if t.outcome else ""
@@ -465,7 +473,9 @@ def cmd_history(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# ---------------------------------------------------------------------------------------------- run
+def _lineage_json(e: Lineage) -> dict[str, object]:
+    return {"revision": e.revision, "at": e.at.isoformat(), "action": e.action, "outcome": e.outcome.value,
+            "restored_from": e.restored_from, "savepoints": list(e.savepoints), "job_id": e.job_id}
 
 
 def cmd_run(args: argparse.Namespace) -> int:

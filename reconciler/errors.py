@@ -16,6 +16,8 @@ Callers decide by class, never by message text::
     │       └── DeadlineExceededError    a step ran past its deadline
     ├── RuntimeProvisionError       a runtime could not start/stop a cluster
     ├── JournalError                durable state unreadable or locked
+    │   ├── RecordConflictError     a record changed under us (compare-and-set lost): re-read, never overwrite
+    │   └── FencedError             this replica does not hold the leader Lease: it must not write or act
     └── ReportError                 a commit-status sink failed (never blocks reconciling)
 
 `FlinkRestError` (in `reconciler.live.flink`) subclasses the step errors so REST failures carry Flink's
@@ -111,6 +113,15 @@ class RuntimeProvisionError(ReconcilerError):
 
 class JournalError(ReconcilerError):
     """The journal could not be read or written."""
+
+
+class RecordConflictError(JournalError):
+    """An app's record changed since we read it (another writer won the compare-and-set)."""
+
+
+class FencedError(JournalError):
+    """This replica lost (or never held) the leader Lease, or a newer leader already wrote the record:
+    it must stop acting on the app. Never retried by the executor."""
 
 
 class ReportError(ReconcilerError):

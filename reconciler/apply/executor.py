@@ -112,6 +112,8 @@ class AppResult:
     rolled_back: bool = False
     savepoint: str | None = None  # the restore point this execution captured, if any
     job_id: str | None = None  # the job this execution left running (submitted by it), if any
+    restored_from: str | None = None  # what its last started job restored ("": empty state; None: no start)
+    savepoints: tuple[str, ...] = ()  # every savepoint/checkpoint this execution captured
     step_timings: tuple[tuple[str, float], ...] = ()  # (step type, seconds); rollback steps "rollback:<type>"
 
 
@@ -339,11 +341,13 @@ class Executor:
     ) -> AppResult:
         inf = self.journal.inflight(run.app)
         savepoint = inf.captured_path if inf is not None else None
-        self.journal.finish(run.app, outcome, message, applied_spec=applied_spec, job_id=job_id)
+        lineage = self.journal.finish(run.app, outcome, message, applied_spec=applied_spec, job_id=job_id)
         return AppResult(
             app=run.app, action=run.plan.action, outcome=outcome, failed_step=failed_step, message=message,
             rolled_back=rolled_back, savepoint=savepoint, job_id=job_id if isinstance(job_id, str) else None,
             step_timings=tuple(run.timings),
+            restored_from=lineage.restored_from if lineage else None,
+            savepoints=lineage.savepoints if lineage else (),
         )
 
     def _inflight(self, app: str) -> InFlight:
@@ -358,7 +362,9 @@ class Executor:
         rollback = stage is Stage.ROLLBACK
         for index in range(start, len(steps)):
             step = steps[index]
-            pre = {"submitted_job_id": step.job_id} if isinstance(step, StartJob) else {}
+            pre: dict[str, str | None] = {}
+            if isinstance(step, StartJob):  # with the job id, the lineage: what it restores ("" = empty state)
+                pre = {"submitted_job_id": step.job_id, "restored_from": self._restore_path(run, step) or ""}
             self.journal.step_started(run.app, index, **pre)
             t0 = self.clock.monotonic()
             self._emit(run, step, EventPhase.STARTED, t0, index=index, count=len(steps), rollback=rollback)
@@ -552,6 +558,11 @@ class Executor:
         )
         if started != step.job_id:
             raise PermanentStepError(f"the runtime started job {started}, not the planned {step.job_id}")
+
+    def _restore_path(self, run: _Run, step: StartJob) -> str | None:
+        if step.restore.kind is RestoreKind.CAPTURED:
+            return self._inflight(run.app).captured_path
+        return step.restore.path if step.restore.kind is RestoreKind.PATH else None
 
     def _jar(self, run: _Run, ref: SpecRef) -> Path | None:
         if ref not in run.jars:

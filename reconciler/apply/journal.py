@@ -1,32 +1,35 @@
-"""The journal: what the reconciler remembers between runs, in one SQLite file per state directory.
+"""The journal: what the reconciler remembers about each app, kept in one record per app.
 
-It holds, per app, the Flux-style record (last applied vs. last attempted revision), the in-flight
-execution (plan, current step and its phase, and the step's scratch data such as a savepoint trigger
-id), the savepoint history, and a transition log for `flink-reconciler history`.
+A record holds the Flux-style pair (last applied vs. last attempted revision), the in-flight execution
+(plan, current step and its phase, the step's scratch data such as a savepoint trigger id or the
+captured restore point), the savepoint history, the lineage (which state each revision's job started
+from and which savepoints it produced) and a capped transition log for `flink-reconciler history`.
 
-Crash safety is the point, so every write is its own short transaction with `synchronous=FULL`:
-the executor writes *before* a step has any effect outside and *after* it completes, and a process
-killed at any moment leaves a record it can resume from. One connection is shared by all threads
-behind a lock (calls are short; the executor's threads mostly wait on the network). WAL mode lets a
-`status` process read while `apply` writes; `lock_exclusive()` keeps two `apply` processes apart.
+Records live with the runtime, not on the reconciler's disk (`reconciler.live.records`: files beside
+the local clusters; ConfigMaps in the app's namespace on Kubernetes), so a new pod or a standby that
+takes over finds every app's past and every half-done transition. The journal keeps a read cache of
+them, refreshed by `records()` (once per pass: one LIST per namespace on Kubernetes).
+
+Crash safety is the point: the executor writes *before* a step has any effect outside and *after* it
+completed, and every write is a compare-and-set of the whole record, so a process killed at any moment
+leaves a record it can resume from, and two writers never silently overwrite each other.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import fcntl
-import json
 import os
 import shutil
-import sqlite3
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum, StrEnum
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import unquote, urlparse
 
 from pydantic import ValidationError
@@ -34,78 +37,21 @@ from pydantic import ValidationError
 from reconciler.clock import Clock
 from reconciler.core.observed import AppRecord, Outcome, Records, SavepointRecord
 from reconciler.core.plan import AppPlan, spec_hash
-from reconciler.errors import JournalError
+from reconciler.errors import JournalError, RecordConflictError
+from reconciler.live.records import Doc, FileRecordStore, RecordStore, StoredRecord
 
+RECORD_KIND: Final = "FlinkReconcilerRecord"
 SCHEMA_VERSION: Final = 1
-
-_SCHEMA = """
-CREATE TABLE apps (
-    name TEXT PRIMARY KEY,
-    source_file TEXT,
-    last_applied_revision TEXT,
-    last_applied_spec TEXT,
-    last_attempted_revision TEXT,
-    last_attempted_spec_hash TEXT,
-    last_outcome TEXT,
-    last_message TEXT,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    job_id TEXT
-);
-CREATE TABLE inflight (
-    app TEXT PRIMARY KEY,
-    revision TEXT NOT NULL,
-    plan TEXT NOT NULL,
-    stage TEXT NOT NULL,
-    step_index INTEGER NOT NULL,
-    phase TEXT NOT NULL,
-    trigger_id TEXT,
-    captured_path TEXT,
-    captured_kind TEXT,
-    submitted_job_id TEXT,
-    failed_step TEXT,
-    failure TEXT,
-    started_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL
-);
-CREATE TABLE savepoints (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    app TEXT NOT NULL,
-    path TEXT NOT NULL,
-    taken_at TEXT NOT NULL,
-    job_id TEXT,
-    revision TEXT,
-    kind TEXT NOT NULL,
-    UNIQUE (app, path)
-);
-CREATE INDEX savepoints_app ON savepoints (app, taken_at);
-CREATE TABLE transitions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    app TEXT NOT NULL,
-    at TEXT NOT NULL,
-    revision TEXT,
-    action TEXT NOT NULL,
-    outcome TEXT,
-    message TEXT
-);
-CREATE INDEX transitions_app ON transitions (app, id);
-"""
+MAX_TRANSITIONS: Final = 200  # history lines kept per app (a ConfigMap holds at most 1 MiB)
+MAX_SAVEPOINTS: Final = 100  # savepoint records kept per app; the newest are kept, files are never touched
+MAX_LINEAGE: Final = 100  # revisions of lineage kept per app
 
 # Step scratch data a caller may set; anything else is a programming error.
 SCRATCH_KEYS: Final = frozenset(
-    {"trigger_id", "captured_path", "captured_kind", "submitted_job_id", "failed_step", "failure"}
+    {"trigger_id", "captured_path", "captured_kind", "submitted_job_id", "failed_step", "failure", "restored_from"}
 )
 
-
-# Records an attempt (revision, spec hash, outcome, counter) and keeps what it does not mention.
-_UPSERT_ATTEMPT = (
-    "INSERT INTO apps (name, source_file, last_attempted_revision, last_attempted_spec_hash, "
-    "last_outcome, last_message, attempts) VALUES (?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (name) DO UPDATE SET source_file = coalesce(excluded.source_file, source_file), "
-    "last_attempted_revision = excluded.last_attempted_revision, "
-    "last_attempted_spec_hash = excluded.last_attempted_spec_hash, "
-    "last_outcome = excluded.last_outcome, last_message = excluded.last_message, "
-    "attempts = excluded.attempts"
-)
+T = TypeVar("T")
 
 
 class Stage(StrEnum):
@@ -137,7 +83,7 @@ class InFlight:
     stage: Stage
     step_index: int
     phase: StepPhase
-    trigger_id: str | None  # savepoint trigger of the current StopWithSavepoint, once Flink returned it
+    trigger_id: str | None  # our savepoint trigger id of the current StopWithSavepoint, journaled before the request
     captured_path: str | None  # the CAPTURED restore point
     captured_kind: str | None  # savepoint | checkpoint
     submitted_job_id: str | None  # the job a StartJob submitted (or was about to submit)
@@ -145,6 +91,7 @@ class InFlight:
     failure: str | None  # during rollback: why it failed
     started_at: datetime
     updated_at: datetime
+    restored_from: str | None = None  # what the last StartJob restored (None: not started yet; "": empty state)
 
     @property
     def steps(self) -> tuple[Any, ...]:
@@ -162,86 +109,95 @@ class Transition:
     message: str | None
 
 
+@dataclass(frozen=True)
+class Lineage:
+    """What one execution did to the app's state: where its job started from, which savepoints it took."""
+
+    revision: str
+    at: datetime
+    action: str
+    outcome: Outcome
+    restored_from: str | None  # None: no job was started; "": started with empty state
+    savepoints: tuple[str, ...]  # savepoints/checkpoints this execution captured
+    job_id: str | None
+
+
+def new_doc(app: str) -> Doc:
+    return {"kind": RECORD_KIND, "version": SCHEMA_VERSION, "app": app, "namespace": None, "forgotten": False,
+            "record": {"attempts": 0}, "savepoints": [], "inflight": None, "transitions": [], "lineage": []}
+
+
 class Journal:
-    """Durable per-app records in one SQLite file. Safe to share between threads."""
+    """Per-app records in a `RecordStore` (default: `<state_dir>/records/`). Safe to share between threads.
 
-    def __init__(self, path: Path, clock: Clock) -> None:
-        self.path = path
-        self.lock_path = path.with_name(path.name + ".lock")
+    `path` names the journal in its state directory: the `apply` lock (`<path>.lock`) sits beside it."""
+
+    def __init__(self, path: Path, clock: Clock, *, store: RecordStore | None = None) -> None:
+        self.path = Path(path)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
         self._clock = clock
+        self.store: RecordStore = store if store is not None else FileRecordStore(self.path.parent / "records")
         self._mutex = threading.RLock()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as e:
-            raise JournalError(f"{path}: cannot open the journal: {e}") from e
-        self._conn.row_factory = sqlite3.Row
-        try:
-            self._open()
-        except JournalError:
-            self._conn.close()
-            raise
-        except sqlite3.DatabaseError as e:
-            self._conn.close()
-            raise JournalError(f"{path}: not a readable flink-reconciler journal ({e})") from e
-
-    def _open(self) -> None:
-        conn = self._conn
-        conn.execute("PRAGMA busy_timeout = 30000")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise JournalError(f"{self.path}: cannot switch the journal to WAL mode (got {mode})")
-        conn.execute("PRAGMA synchronous = FULL")
-        check = conn.execute("PRAGMA quick_check").fetchone()[0]
-        if check != "ok":
-            raise JournalError(f"{self.path}: the journal is corrupt ({check})")
-        with self._tx() as c:
-            version = int(c.execute("PRAGMA user_version").fetchone()[0])
-            if version > SCHEMA_VERSION:
-                raise JournalError(
-                    f"{self.path}: written by a newer flink-reconciler (journal schema {version}, "
-                    f"this version knows up to {SCHEMA_VERSION}); upgrade flink-reconciler"
-                )
-            if version == 0:
-                tables = c.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
-                if tables:
-                    raise JournalError(f"{self.path}: a SQLite file that is not a flink-reconciler journal")
-                c.executescript_in_tx(_SCHEMA)
-                c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self._cache: dict[str, StoredRecord] | None = None
 
     # ---- plumbing -------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _tx(self) -> Iterator[_Cursor]:
-        """One short write transaction (BEGIN IMMEDIATE: other processes wait, never interleave)."""
+    def refresh(self) -> None:
+        """Re-read every record from the store (one LIST per namespace on Kubernetes)."""
         with self._mutex:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.DatabaseError as e:
-                raise JournalError(f"{self.path}: cannot write the journal: {e}") from e
-            try:
-                yield _Cursor(self._conn, self.path)
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            try:
-                self._conn.execute("COMMIT")
-            except sqlite3.DatabaseError as e:
-                raise JournalError(f"{self.path}: cannot write the journal: {e}") from e
+            loaded = self.store.list()
+            for app, rec in loaded.items():
+                _check_version(rec.doc, f"{self.store.where}: record of app {app!r}")
+            self._cache = loaded
 
-    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+    def _records(self) -> dict[str, StoredRecord]:
+        if self._cache is None:
+            self.refresh()
+        assert self._cache is not None
+        return self._cache
+
+    def _doc(self, app: str) -> Doc | None:
         with self._mutex:
-            try:
-                return list(self._conn.execute(sql, args).fetchall())
-            except sqlite3.DatabaseError as e:
-                raise JournalError(f"{self.path}: cannot read the journal: {e}") from e
+            rec = self._records().get(app)
+            return rec.doc if rec else None
+
+    def _update(self, app: str, fn: Callable[[Doc], T], *, create: bool = True) -> T | None:
+        """Apply `fn` to a copy of the app's record and compare-and-set it. No write when nothing changed.
+
+        A lost compare-and-set is retried once when the stored document is the one we based our change on
+        (someone touched only metadata, e.g. a label); otherwise it raises: another writer acted."""
+        with self._mutex:
+            cache = self._records()
+            for attempt in (1, 2):
+                current = cache.get(app)
+                if current is None and not create:
+                    return None
+                doc = copy.deepcopy(current.doc) if current else new_doc(app)
+                result = fn(doc)
+                if current is not None and doc == current.doc:
+                    return result
+                doc["updated_at"] = self._now()
+                try:
+                    version = self.store.put(app, doc, expected=current.version if current else None)
+                except RecordConflictError:
+                    fresh = self.store.get(app)
+                    if attempt == 1 and fresh is not None and current is not None and fresh.doc == current.doc:
+                        cache[app] = fresh
+                        continue
+                    if fresh is not None:
+                        cache[app] = fresh
+                    else:
+                        cache.pop(app, None)
+                    raise
+                cache[app] = StoredRecord(doc, version)
+                return result
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _now(self) -> str:
         return self._clock.now().isoformat()
 
     def close(self) -> None:
-        with self._mutex:
-            self._conn.close()
+        """Nothing to release: every write is already durable. Kept for `with Journal(...)`."""
 
     def __enter__(self) -> Journal:
         return self
@@ -255,7 +211,11 @@ class Journal:
 
         `flock` on a sibling file: the kernel drops it when the process dies, so a crash never leaves
         a stale lock. The file is never deleted (deleting it would let two holders lock two inodes)."""
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise JournalError(f"{self.lock_path}: cannot create the lock file: {e.strerror or e}") from e
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -281,57 +241,47 @@ class Journal:
     # ---- app records ----------------------------------------------------------------------------
 
     def records(self) -> Records:
-        rows = self._read("SELECT * FROM apps ORDER BY name")
-        sps = self._savepoints_by_app()
-        return Records(apps={r["name"]: self._app_record(r, sps.get(r["name"], ())) for r in rows})
+        """Every app's record, freshly read from the store."""
+        with self._mutex:
+            self.refresh()
+            return Records(apps={app: self._app_record(app, r.doc) for app, r in sorted(self._records().items())
+                                 if not r.doc.get("forgotten")})
 
     def record(self, app: str) -> AppRecord | None:
-        rows = self._read("SELECT * FROM apps WHERE name = ?", (app,))
-        if not rows:
+        doc = self._doc(app)
+        if doc is None or doc.get("forgotten"):
             return None
-        return self._app_record(rows[0], self._savepoints_by_app(app).get(app, ()))
+        return self._app_record(app, doc)
 
-    def _savepoints_by_app(self, app: str | None = None) -> dict[str, tuple[SavepointRecord, ...]]:
-        sql = "SELECT * FROM savepoints" + (" WHERE app = ?" if app else "") + " ORDER BY taken_at, id"
-        out: dict[str, list[SavepointRecord]] = {}
-        for r in self._read(sql, (app,) if app else ()):
-            out.setdefault(r["app"], []).append(
-                SavepointRecord(
-                    path=r["path"],
-                    taken_at=datetime.fromisoformat(r["taken_at"]),
-                    job_id=r["job_id"],
-                    revision=r["revision"],
-                    kind=r["kind"],
-                )
-            )
-        return {k: tuple(v) for k, v in out.items()}
-
-    def _app_record(self, r: sqlite3.Row, savepoints: tuple[SavepointRecord, ...]) -> AppRecord:
+    def _app_record(self, app: str, doc: Doc) -> AppRecord:
+        r = doc.get("record") or {}
         try:
-            spec = json.loads(r["last_applied_spec"]) if r["last_applied_spec"] else None
             return AppRecord(
-                name=r["name"],
-                source_file=r["source_file"],
-                last_applied_revision=r["last_applied_revision"],
-                last_applied_spec=spec,
-                last_attempted_revision=r["last_attempted_revision"],
-                last_attempted_spec_hash=r["last_attempted_spec_hash"],
-                last_outcome=Outcome(r["last_outcome"]) if r["last_outcome"] else None,
-                last_message=r["last_message"],
-                attempts=r["attempts"],
-                job_id=r["job_id"],
-                savepoints=savepoints,
+                name=app,
+                source_file=r.get("source_file"),
+                last_applied_revision=r.get("last_applied_revision"),
+                last_applied_spec=r.get("last_applied_spec"),
+                last_attempted_revision=r.get("last_attempted_revision"),
+                last_attempted_spec_hash=r.get("last_attempted_spec_hash"),
+                last_outcome=Outcome(r["last_outcome"]) if r.get("last_outcome") else None,
+                last_message=r.get("last_message"),
+                attempts=int(r.get("attempts") or 0),
+                job_id=r.get("job_id"),
+                savepoints=tuple(_savepoints(doc)),
             )
-        except (ValueError, ValidationError) as e:
-            raise JournalError(f"{self.path}: unreadable record of app {r['name']!r}: {e}") from e
+        except (ValueError, TypeError, ValidationError) as e:
+            raise JournalError(f"{self.store.where}: unreadable record of app {app!r}: {e}") from e
+
+    def namespace(self, app: str) -> str | None:
+        doc = self._doc(app)
+        return doc.get("namespace") if doc else None
 
     def set_source_file(self, app: str, path: str) -> None:
-        with self._tx() as c:
-            c.execute(
-                "INSERT INTO apps (name, source_file) VALUES (?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET source_file = excluded.source_file",
-                (app, path),
-            )
+        def fn(doc: Doc) -> None:
+            _revive(doc)
+            doc["record"]["source_file"] = path
+
+        self._update(app, fn)
 
     def record_attempt(
         self, app: str, revision: str, outcome: Outcome, message: str, *, action: str,
@@ -343,86 +293,97 @@ class Journal:
         kept when the app had already FAILED (the refusal stays in force) and cleared otherwise (a
         "blocked, needs a human" answer must not turn into "this spec failed" once the human acted).
         Idempotent per (revision, outcome, message): the daemon meets the same blocked app every
-        tick, and neither the attempt counter nor the history should grow with each one."""
-        with self._tx() as c:
-            row = c.one("SELECT * FROM apps WHERE name = ?", (app,))
-            if (
-                row is not None
-                and row["last_attempted_revision"] == revision
-                and row["last_outcome"] == outcome.value
-                and row["last_message"] == message
-            ):
-                return
-            keep_hash = row is not None and row["last_outcome"] == Outcome.FAILURE.value
-            shash = row["last_attempted_spec_hash"] if row is not None and keep_hash else None
-            c.execute(_UPSERT_ATTEMPT,
-                      (app, source_file, revision, shash, outcome.value, message, self._next_attempt(row, revision)))
-            self._transition(c, app, revision, action, outcome=outcome, message=message)
+        tick, and neither the attempt counter nor the history should grow with each one (nor the
+        number of writes to the store)."""
 
-    @staticmethod
-    def _next_attempt(row: sqlite3.Row | None, revision: str) -> int:
-        if row is not None and row["last_attempted_revision"] == revision:
-            return int(row["attempts"]) + 1
-        return 1
+        def fn(doc: Doc) -> None:
+            _revive(doc)
+            r = doc["record"]
+            if (r.get("last_attempted_revision") == revision and r.get("last_outcome") == outcome.value
+                    and r.get("last_message") == message):
+                return
+            keep_hash = r.get("last_outcome") == Outcome.FAILURE.value
+            r.update(last_attempted_revision=revision,
+                     last_attempted_spec_hash=r.get("last_attempted_spec_hash") if keep_hash else None,
+                     last_outcome=outcome.value, last_message=message, attempts=_next_attempt(r, revision))
+            if source_file is not None:
+                r["source_file"] = source_file
+            self._transition(doc, revision, action, outcome=outcome, message=message)
+
+        self._update(app, fn)
 
     def forget(self, app: str) -> None:
         """Stop remembering the app: its record, in-flight execution and savepoint list go (the
-        savepoint files stay on disk); the transition log is kept for `history`."""
-        with self._tx() as c:
-            c.execute("DELETE FROM inflight WHERE app = ?", (app,))
-            c.execute("DELETE FROM savepoints WHERE app = ?", (app,))
-            c.execute("DELETE FROM apps WHERE name = ?", (app,))
-            self._transition(c, app, None, "forget", outcome=None,
+        savepoint files stay where they are); the transition log is kept for `history`."""
+
+        def fn(doc: Doc) -> None:
+            doc.update(forgotten=True, record={"attempts": 0}, savepoints=[], inflight=None)
+            self._transition(doc, None, "forget", outcome=None,
                              message="no longer managed; savepoint files left in place")
+
+        self._update(app, fn)
 
     # ---- in-flight execution --------------------------------------------------------------------
 
     def begin(self, app: str, revision: str, app_plan: AppPlan) -> None:
         """Start an execution: record the attempt and the plan, before any step touches anything."""
         now = self._now()
-        with self._tx() as c:
-            if c.one("SELECT 1 FROM inflight WHERE app = ?", (app,)) is not None:
-                raise JournalError(f"{self.path}: app {app!r} has an unfinished execution; resume it first")
-            row = c.one("SELECT * FROM apps WHERE name = ?", (app,))
-            attempts = self._next_attempt(row, revision)
-            shash = spec_hash(app_plan.desired) if app_plan.desired is not None else None
-            c.execute(_UPSERT_ATTEMPT,
-                      (app, app_plan.source_file, revision, shash, Outcome.PENDING.value, app_plan.reason, attempts))
-            c.execute(
-                "INSERT INTO inflight (app, revision, plan, stage, step_index, phase, started_at, updated_at) "
-                "VALUES (?, ?, ?, ?, 0, ?, ?, ?)",
-                (app, revision, app_plan.model_dump_json(), Stage.FORWARD.value, StepPhase.PENDING.value, now, now),
+
+        def fn(doc: Doc) -> None:
+            if doc.get("inflight") is not None:
+                raise JournalError(f"{self.store.where}: app {app!r} has an unfinished execution; resume it first")
+            _revive(doc)
+            r = doc["record"]
+            r.update(
+                last_attempted_revision=revision,
+                last_attempted_spec_hash=spec_hash(app_plan.desired) if app_plan.desired is not None else None,
+                last_outcome=Outcome.PENDING.value, last_message=app_plan.reason, attempts=_next_attempt(r, revision),
             )
-            self._transition(c, app, revision, app_plan.action.value, outcome=Outcome.PENDING,
-                             message=app_plan.reason)
+            if app_plan.source_file:
+                r["source_file"] = app_plan.source_file
+            ns = _namespace_of(app_plan)
+            if ns:
+                doc["namespace"] = ns
+            doc["inflight"] = {
+                "revision": revision, "plan": app_plan.model_dump(mode="json"), "stage": Stage.FORWARD.value,
+                "step_index": 0, "phase": StepPhase.PENDING.value, "started_at": now, "updated_at": now,
+            }
+            self._transition(doc, revision, app_plan.action.value, outcome=Outcome.PENDING, message=app_plan.reason)
+
+        self._update(app, fn)
 
     def inflight(self, app: str) -> InFlight | None:
-        rows = self._read("SELECT * FROM inflight WHERE app = ?", (app,))
-        return self._inflight(rows[0]) if rows else None
+        doc = self._doc(app)
+        if doc is None or not doc.get("inflight"):
+            return None
+        return self._inflight(app, doc["inflight"])
 
     def all_inflight(self) -> dict[str, InFlight]:
-        return {r["app"]: self._inflight(r) for r in self._read("SELECT * FROM inflight ORDER BY app")}
+        with self._mutex:
+            return {app: self._inflight(app, r.doc["inflight"]) for app, r in sorted(self._records().items())
+                    if r.doc.get("inflight")}
 
-    def _inflight(self, r: sqlite3.Row) -> InFlight:
+    def _inflight(self, app: str, f: Doc) -> InFlight:
         try:
             return InFlight(
-                app=r["app"],
-                revision=r["revision"],
-                plan=AppPlan.model_validate_json(r["plan"]),
-                stage=Stage(r["stage"]),
-                step_index=int(r["step_index"]),
-                phase=StepPhase(r["phase"]),
-                trigger_id=r["trigger_id"],
-                captured_path=r["captured_path"],
-                captured_kind=r["captured_kind"],
-                submitted_job_id=r["submitted_job_id"],
-                failed_step=r["failed_step"],
-                failure=r["failure"],
-                started_at=datetime.fromisoformat(r["started_at"]),
-                updated_at=datetime.fromisoformat(r["updated_at"]),
+                app=app,
+                revision=f["revision"],
+                plan=AppPlan.model_validate(f["plan"]),
+                stage=Stage(f["stage"]),
+                step_index=int(f["step_index"]),
+                phase=StepPhase(f["phase"]),
+                trigger_id=f.get("trigger_id"),
+                captured_path=f.get("captured_path"),
+                captured_kind=f.get("captured_kind"),
+                submitted_job_id=f.get("submitted_job_id"),
+                failed_step=f.get("failed_step"),
+                failure=f.get("failure"),
+                started_at=datetime.fromisoformat(f["started_at"]),
+                updated_at=datetime.fromisoformat(f["updated_at"]),
+                restored_from=f.get("restored_from"),
             )
-        except (ValueError, ValidationError) as e:
-            raise JournalError(f"{self.path}: unreadable in-flight record of app {r['app']!r}: {e}") from e
+        except (KeyError, TypeError, ValueError, ValidationError) as e:
+            raise JournalError(f"{self.store.where}: unreadable in-flight record of app {app!r}: {e}") from e
 
     def step_started(self, app: str, index: int, **scratch: str | None) -> None:
         """Mark step `index` of the current stage as started, before it has any effect outside.
@@ -435,53 +396,50 @@ class Journal:
         self._set_step(app, index, StepPhase.DONE, scratch)
 
     def set_scratch(self, app: str, **scratch: str | None) -> None:
-        """Record what a running step learned (e.g. the trigger id the moment Flink returns it)."""
-        cols = self._scratch_sql(scratch)
-        if not cols:
+        """Record what a running step learned (e.g. our trigger id, before the request goes out)."""
+        _check_scratch(scratch)
+        if not scratch:
             return
-        with self._tx() as c:
-            self._require_inflight(c, app)
-            c.execute(
-                f"UPDATE inflight SET {cols}, updated_at = ? WHERE app = ?",
-                (*scratch.values(), self._now(), app),
-            )
+
+        def fn(doc: Doc) -> None:
+            f = self._require_inflight(doc, app)
+            f.update(scratch)
+            f["updated_at"] = self._now()
+
+        self._update(app, fn)
 
     def start_rollback(self, app: str, *, failed_step: str, failure: str) -> None:
         """Switch the execution to the plan's rollback steps, remembering why."""
-        with self._tx() as c:
-            self._require_inflight(c, app)
-            c.execute(
-                "UPDATE inflight SET stage = ?, step_index = 0, phase = ?, trigger_id = NULL, failed_step = ?, "
-                "failure = ?, updated_at = ? WHERE app = ?",
-                (Stage.ROLLBACK.value, StepPhase.PENDING.value, failed_step, failure, self._now(), app),
-            )
-            rev = c.one("SELECT revision FROM inflight WHERE app = ?", (app,))
-            self._transition(c, app, rev["revision"] if rev else None, "rollback", outcome=Outcome.PENDING,
+
+        def fn(doc: Doc) -> None:
+            f = self._require_inflight(doc, app)
+            f.update(stage=Stage.ROLLBACK.value, step_index=0, phase=StepPhase.PENDING.value, trigger_id=None,
+                     failed_step=failed_step, failure=failure, updated_at=self._now())
+            self._transition(doc, f["revision"], "rollback", outcome=Outcome.PENDING,
                              message=f"{failed_step} failed: {failure}")
 
+        self._update(app, fn)
+
     def _set_step(self, app: str, index: int, phase: StepPhase, scratch: dict[str, str | None]) -> None:
-        cols = self._scratch_sql(scratch)
-        with self._tx() as c:
-            cur = c.one("SELECT step_index, phase FROM inflight WHERE app = ?", (app,))
-            if cur is None:
+        _check_scratch(scratch)
+
+        def fn(doc: Doc) -> None:
+            f = doc.get("inflight")
+            if not f:
                 return  # ForgetApp removed the execution along with the app: nothing left to mark
-            clear = ", trigger_id = NULL" if cur["step_index"] != index and "trigger_id" not in scratch else ""
-            c.execute(
-                f"UPDATE inflight SET step_index = ?, phase = ?{clear}{', ' + cols if cols else ''}, "
-                "updated_at = ? WHERE app = ?",
-                (index, phase.value, *scratch.values(), self._now(), app),
-            )
+            if f["step_index"] != index and "trigger_id" not in scratch:
+                f["trigger_id"] = None
+            f.update(scratch)
+            f.update(step_index=index, phase=phase.value, updated_at=self._now())
 
-    @staticmethod
-    def _scratch_sql(scratch: dict[str, str | None]) -> str:
-        unknown = set(scratch) - SCRATCH_KEYS
-        if unknown:
-            raise ValueError(f"unknown scratch keys {sorted(unknown)}; known: {sorted(SCRATCH_KEYS)}")
-        return ", ".join(f"{k} = ?" for k in scratch)
+        self._update(app, fn, create=False)
 
-    def _require_inflight(self, c: _Cursor, app: str) -> None:
-        if c.one("SELECT 1 FROM inflight WHERE app = ?", (app,)) is None:
-            raise JournalError(f"{self.path}: app {app!r} has no execution in flight")
+    def _require_inflight(self, doc: Doc, app: str) -> Doc:
+        f = doc.get("inflight")
+        if not f:
+            raise JournalError(f"{self.store.where}: app {app!r} has no execution in flight")
+        assert isinstance(f, dict)
+        return f
 
     def finish(
         self,
@@ -491,42 +449,80 @@ class Journal:
         *,
         applied_spec: dict[str, Any] | None,
         job_id: str | Keep | None = KEEP,
-    ) -> None:
+    ) -> Lineage | None:
         """End the execution. Flux-style: the applied revision/spec move only on success (and only
         when `applied_spec` is given); the attempted revision was recorded by `begin`.
 
-        An app forgotten by its own plan (ForgetApp) gets a history line and no new record."""
-        with self._tx() as c:
-            inflight = c.one("SELECT revision FROM inflight WHERE app = ?", (app,))
-            exists = c.one("SELECT last_attempted_revision FROM apps WHERE name = ?", (app,))
-            revision = inflight["revision"] if inflight else exists["last_attempted_revision"] if exists else None
-            c.execute("DELETE FROM inflight WHERE app = ?", (app,))
-            if exists is not None:
-                sets = ["last_outcome = ?", "last_message = ?"]
-                args: list[Any] = [outcome.value, message]
+        Returns the execution's lineage (what its job restored, which savepoints it took), also kept in
+        the record. An app forgotten by its own plan (ForgetApp) gets a history line and no new record."""
+
+        def fn(doc: Doc) -> Lineage | None:
+            f = doc.get("inflight")
+            r = doc["record"]
+            revision = f["revision"] if f else r.get("last_attempted_revision")
+            doc["inflight"] = None
+            lineage = None
+            if f:
+                lineage = self._lineage(doc, f, outcome, job_id)
+            if not doc.get("forgotten"):
+                r.update(last_outcome=outcome.value, last_message=message)
                 if outcome is Outcome.SUCCESS and applied_spec is not None:
-                    sets += ["last_applied_revision = ?", "last_applied_spec = ?"]
-                    args += [revision, json.dumps(applied_spec, sort_keys=True)]
+                    r.update(last_applied_revision=revision, last_applied_spec=applied_spec)
                 if not isinstance(job_id, Keep):
-                    sets.append("job_id = ?")
-                    args.append(job_id)
-                c.execute(f"UPDATE apps SET {', '.join(sets)} WHERE name = ?", (*args, app))
-            self._transition(c, app, revision, "finish", outcome=outcome, message=message)
+                    r["job_id"] = job_id
+            self._transition(doc, revision, "finish", outcome=outcome, message=message)
+            return lineage
+
+        return self._update(app, fn, create=False)
+
+    def _lineage(self, doc: Doc, f: Doc, outcome: Outcome, job_id: str | Keep | None) -> Lineage:
+        started = datetime.fromisoformat(f["started_at"])
+        produced = tuple(sp.path for sp in _savepoints(doc) if sp.revision == f["revision"] and (
+            sp.taken_at >= started or sp.path == f.get("captured_path")))
+        plan = f.get("plan") or {}
+        entry = Lineage(
+            revision=f["revision"], at=started, action=str(plan.get("action", "?")), outcome=outcome,
+            restored_from=f.get("restored_from"), savepoints=produced,
+            job_id=job_id if isinstance(job_id, str) else None,
+        )
+        doc.setdefault("lineage", []).append({
+            "revision": entry.revision, "at": entry.at.isoformat(), "action": entry.action,
+            "outcome": entry.outcome.value, "restored_from": entry.restored_from,
+            "savepoints": list(entry.savepoints), "job_id": entry.job_id,
+        })
+        del doc["lineage"][:-MAX_LINEAGE]
+        return entry
+
+    def lineage(self, app: str) -> list[Lineage]:
+        doc = self._doc(app)
+        out = []
+        for e in (doc or {}).get("lineage", []):
+            try:
+                out.append(Lineage(revision=e["revision"], at=datetime.fromisoformat(e["at"]), action=e["action"],
+                                   outcome=Outcome(e["outcome"]), restored_from=e.get("restored_from"),
+                                   savepoints=tuple(e.get("savepoints") or ()), job_id=e.get("job_id")))
+            except (KeyError, TypeError, ValueError) as err:
+                raise JournalError(f"{self.store.where}: unreadable lineage of app {app!r}: {err}") from err
+        return out
 
     def mark_deleted(self, app: str) -> None:
         """The app's cluster is gone because Git said so: nothing is applied any more, but the record
         and its savepoint history stay, so re-adding the spec restores from the final savepoint."""
-        with self._tx() as c:
-            c.execute("UPDATE apps SET last_applied_spec = NULL, last_applied_revision = NULL, job_id = NULL "
-                      "WHERE name = ?", (app,))
-            self._transition(c, app, None, "deleted", outcome=None,
+
+        def fn(doc: Doc) -> None:
+            doc["record"].update(last_applied_spec=None, last_applied_revision=None, job_id=None)
+            self._transition(doc, None, "deleted", outcome=None,
                              message="cluster deleted; savepoint history kept for a re-create")
+
+        self._update(app, fn, create=False)
 
     def record_applied(self, app: str, revision: str, spec: dict[str, Any]) -> None:
         """A change that needs no step (metadata only) is applied by recording it."""
-        with self._tx() as c:
-            c.execute("UPDATE apps SET last_applied_revision = ?, last_applied_spec = ? WHERE name = ?",
-                      (revision, json.dumps(spec, sort_keys=True), app))
+
+        def fn(doc: Doc) -> None:
+            doc["record"].update(last_applied_revision=revision, last_applied_spec=spec)
+
+        self._update(app, fn, create=False)
 
     # ---- savepoints -----------------------------------------------------------------------------
 
@@ -543,14 +539,18 @@ class Journal:
         rec = SavepointRecord(
             path=path, taken_at=taken_at or self._clock.now(), job_id=job_id, revision=revision, kind=kind
         )
-        with self._tx() as c:
-            c.execute("INSERT INTO apps (name) VALUES (?) ON CONFLICT (name) DO NOTHING", (app,))
-            c.execute(
-                "INSERT INTO savepoints (app, path, taken_at, job_id, revision, kind) VALUES (?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (app, path) DO NOTHING",
-                (app, path, rec.taken_at.isoformat(), job_id, revision, kind),
-            )
-            self._transition(c, app, revision, kind, outcome=None, message=path)
+
+        def fn(doc: Doc) -> None:
+            sps = doc.setdefault("savepoints", [])
+            if any(s.get("path") == path for s in sps):
+                return
+            sps.append(rec.model_dump(mode="json"))
+            if len(sps) > MAX_SAVEPOINTS:  # drop the oldest records (never their files)
+                sps.sort(key=lambda s: s.get("taken_at") or "")
+                del sps[:-MAX_SAVEPOINTS]
+            self._transition(doc, revision, kind, outcome=None, message=path)
+
+        self._update(app, fn)
         return rec
 
     def prune_savepoints(self, app: str, retain: int, *, protect: Collection[str] = ()) -> list[SavepointRecord]:
@@ -563,23 +563,21 @@ class Journal:
         its own lifecycle. The records go first, then the files, so a crash in between can leak a
         directory but never leave a record pointing at a deleted savepoint."""
         retain = max(1, retain)
-        with self._tx() as c:
-            rows = c.all("SELECT * FROM savepoints WHERE app = ? ORDER BY taken_at DESC, id DESC", (app,))
-            captured = c.one("SELECT captured_path FROM inflight WHERE app = ?", (app,))
+
+        def fn(doc: Doc) -> list[SavepointRecord]:
+            ordered = sorted(enumerate(_savepoints(doc)), key=lambda x: (x[1].taken_at, x[0]), reverse=True)
             keep = set(protect)
-            if captured is not None and captured["captured_path"]:
-                keep.add(captured["captured_path"])
-            doomed = [r for r in rows[retain:] if r["path"] not in keep]
-            for r in doomed:
-                c.execute("DELETE FROM savepoints WHERE id = ?", (r["id"],))
-                self._transition(c, app, r["revision"], "prune", outcome=None, message=r["path"])
-        pruned = [
-            SavepointRecord(
-                path=r["path"], taken_at=datetime.fromisoformat(r["taken_at"]), job_id=r["job_id"],
-                revision=r["revision"], kind=r["kind"],
-            )
-            for r in doomed
-        ]
+            f = doc.get("inflight")
+            if f and f.get("captured_path"):
+                keep.add(f["captured_path"])
+            doomed = [sp for _, sp in ordered[retain:] if sp.path not in keep]
+            gone = {sp.path for sp in doomed}
+            doc["savepoints"] = [s for s in doc.get("savepoints", []) if s.get("path") not in gone]
+            for sp in doomed:
+                self._transition(doc, sp.revision, "prune", outcome=None, message=sp.path)
+            return doomed
+
+        pruned = self._update(app, fn, create=False) or []
         for sp in pruned:
             local = local_savepoint_dir(sp.path) if sp.kind == "savepoint" else None
             if local is not None:
@@ -589,31 +587,69 @@ class Journal:
     # ---- history --------------------------------------------------------------------------------
 
     def history(self, app: str) -> list[Transition]:
-        return [
-            Transition(
-                at=datetime.fromisoformat(r["at"]),
-                revision=r["revision"],
-                action=r["action"],
-                outcome=Outcome(r["outcome"]) if r["outcome"] else None,
-                message=r["message"],
-            )
-            for r in self._read("SELECT * FROM transitions WHERE app = ? ORDER BY id", (app,))
-        ]
+        doc = self._doc(app)
+        try:
+            return [
+                Transition(at=datetime.fromisoformat(t["at"]), revision=t.get("revision"), action=t["action"],
+                           outcome=Outcome(t["outcome"]) if t.get("outcome") else None, message=t.get("message"))
+                for t in (doc or {}).get("transitions", [])
+            ]
+        except (KeyError, TypeError, ValueError) as e:
+            raise JournalError(f"{self.store.where}: unreadable history of app {app!r}: {e}") from e
 
     def note(self, app: str, action: str, message: str, *, revision: str | None = None,
              outcome: Outcome | None = None) -> None:
         """Add a line to the app's history (e.g. a rollback step, a failed step)."""
-        with self._tx() as c:
-            self._transition(c, app, revision, action, outcome=outcome, message=message)
+        self._update(app, lambda doc: self._transition(doc, revision, action, outcome=outcome, message=message))
 
-    def _transition(
-        self, c: _Cursor, app: str, revision: str | None, action: str, *, outcome: Outcome | None,
-        message: str | None,
-    ) -> None:
-        c.execute(
-            "INSERT INTO transitions (app, at, revision, action, outcome, message) VALUES (?, ?, ?, ?, ?, ?)",
-            (app, self._now(), revision, action, outcome.value if outcome else None, message),
-        )
+    def _transition(self, doc: Doc, revision: str | None, action: str, *, outcome: Outcome | None,
+                    message: str | None) -> None:
+        lines = doc.setdefault("transitions", [])
+        lines.append({"at": self._now(), "revision": revision, "action": action,
+                      "outcome": outcome.value if outcome else None, "message": message})
+        del lines[:-MAX_TRANSITIONS]
+
+
+def _savepoints(doc: Doc) -> list[SavepointRecord]:
+    sps = [SavepointRecord.model_validate(s) for s in doc.get("savepoints", [])]
+    return [sp for _, sp in sorted(enumerate(sps), key=lambda x: (x[1].taken_at, x[0]))]
+
+
+def _next_attempt(r: Doc, revision: str) -> int:
+    if r.get("last_attempted_revision") == revision:
+        return int(r.get("attempts") or 0) + 1
+    return 1
+
+
+def _revive(doc: Doc) -> None:
+    """A forgotten app that Git brings back starts a new record (its history lines stay)."""
+    if doc.get("forgotten"):
+        doc.update(forgotten=False, record={"attempts": 0})
+
+
+def _check_scratch(scratch: dict[str, str | None]) -> None:
+    unknown = set(scratch) - SCRATCH_KEYS
+    if unknown:
+        raise ValueError(f"unknown scratch keys {sorted(unknown)}; known: {sorted(SCRATCH_KEYS)}")
+
+
+def _check_version(doc: Doc, where: str) -> None:
+    if doc.get("kind") != RECORD_KIND:
+        raise JournalError(f"{where}: not a flink-reconciler record (kind {doc.get('kind')!r})")
+    version = doc.get("version")
+    if not isinstance(version, int) or version < 1:
+        raise JournalError(f"{where}: record without a valid version ({version!r})")
+    if version > SCHEMA_VERSION:
+        raise JournalError(f"{where}: written by a newer flink-reconciler (record version {version}, this "
+                           f"version knows up to {SCHEMA_VERSION}); upgrade flink-reconciler")
+
+
+def _namespace_of(app_plan: AppPlan) -> str | None:
+    for spec in (app_plan.desired, app_plan.previous):
+        ns = ((spec or {}).get("metadata") or {}).get("namespace")
+        if isinstance(ns, str) and ns:
+            return ns
+    return None
 
 
 def local_savepoint_dir(location: str) -> Path | None:
@@ -634,30 +670,3 @@ def local_savepoint_dir(location: str) -> Path | None:
     if not path.is_absolute() or not path.name.startswith("savepoint-") or ".." in path.parts:
         return None
     return path
-
-
-class _Cursor:
-    """The handful of helpers used inside a transaction, with sqlite errors turned into JournalError."""
-
-    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
-        self._conn = conn
-        self._path = path
-
-    def execute(self, sql: str, args: tuple[Any, ...] | list[Any] = ()) -> sqlite3.Cursor:
-        try:
-            return self._conn.execute(sql, args)
-        except sqlite3.DatabaseError as e:
-            raise JournalError(f"{self._path}: journal write failed: {e}") from e
-
-    def all(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        return list(self.execute(sql, args).fetchall())
-
-    def one(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Row | None:
-        rows = self.all(sql, args)
-        return rows[0] if rows else None
-
-    def executescript_in_tx(self, script: str) -> None:
-        # executescript() would COMMIT first; run statement by statement inside our transaction.
-        for stmt in script.split(";"):
-            if stmt.strip():
-                self.execute(stmt)

@@ -7,17 +7,21 @@ which commit statuses to post.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reconciler.apply.executor import AppResult, Executor, StepEvent
 from reconciler.apply.journal import Journal
+from reconciler.apply.migrate import migrate_sqlite_journal
 from reconciler.clock import Clock
-from reconciler.core.observed import Outcome
+from reconciler.core.observed import AppRecord, Outcome, Records, SavepointRecord
 from reconciler.core.plan import Action, AppPlan, Plan
 from reconciler.core.planner import PlanInput, Policy, desired_from, plan
 from reconciler.daemon.metrics import Metrics
@@ -25,14 +29,18 @@ from reconciler.errors import ConfigError, PlanStaleError, ReconcilerError
 from reconciler.live.artifacts import resolve_jar
 from reconciler.live.observe import observe
 from reconciler.live.ports import Runtime
+from reconciler.live.records import FileRecordStore, RecordStore
 from reconciler.logs import log_context
 from reconciler.report.reporter import Reporter
-from reconciler.report.status import CommitStatus
+from reconciler.report.status import LINEAGE_PREFIX, CommitStatus
 from reconciler.settings import Settings, redact_url
 from reconciler.source.git import GitSource
 from reconciler.source.specs import spec_paths
 from reconciler.spec.load import SPEC_SUFFIXES, LoadResult, load_files
 from reconciler.spec.model import ChangeClass, FlinkApp
+
+if TYPE_CHECKING:
+    from reconciler.live.kubernetes import LeaseElector
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +97,8 @@ class Reconciler:
         self._last_error: str | None = None
         self.leader = leader  # None: no election, always reconcile
         self._on_shutdown = on_shutdown
+        self._leading = False  # whether the last sync found us leader (a new term re-reads every record)
+        self._recovered: dict[str, tuple[SavepointRecord, ...]] | None = None  # lineage read from git notes
 
     # ------------------------------------------------------------------ ReconcileService
 
@@ -98,7 +108,13 @@ class Reconciler:
         as "nothing changed" would report a still-broken daemon as healthy."""
         if self.leader is not None and not self.leader():
             log.debug("standby: another replica holds the lease; not reconciling (%s)", reason)
+            self._leading = False
             return
+        if self.leader is not None and not self._leading:
+            # A new term: another replica may have written records (and left a transition in flight)
+            # since we last looked; never act on what we cached as a standby or in an earlier term.
+            self.journal.refresh()
+            self._leading = True
         start = self.clock.monotonic()
         try:
             fetched = self.source.fetch()
@@ -184,9 +200,22 @@ class Reconciler:
         names |= set(self.journal.all_inflight())
         return names
 
+    def recovered_lineage(self) -> dict[str, tuple[SavepointRecord, ...]]:
+        """Savepoints named by the lineage lines of git notes (any clone has them), read once per process:
+        the fallback when an app's record is gone (a lost state dir, a record deleted by hand)."""
+        if self._recovered is None:
+            try:
+                notes = self.source.read_notes()
+            except ReconcilerError as e:
+                log.warning("could not read the lineage in git notes (%s); planning from records and live "
+                            "state only", redact_url(str(e)))
+                notes = {}
+            self._recovered = lineage_from_notes(notes)
+        return self._recovered
+
     def plan_input(self, rev: str, *, only: Collection[str] | None = None) -> PlanInput:
         loaded = self.load(rev)
-        records = self.journal.records()
+        records = with_recovered(self.journal.records(), self.recovered_lineage())
         previous: dict[str, FlinkApp] = {}
         for name, rec in records.apps.items():
             if rec.last_applied_spec:
@@ -298,11 +327,18 @@ class Reconciler:
 
     # ------------------------------------------------------------------ reporting
 
-    def _status(self, revision: str, app: str, state: Outcome, description: str) -> None:
+    def _status(self, revision: str, app: str, state: Outcome, description: str, *,
+                res: AppResult | None = None) -> None:
         if self.reporter is None:
             return
-        self.reporter.report(CommitStatus(revision=revision, app=app, state=state, description=description,
-                                          target_url=self.target_url))
+        status = CommitStatus(revision=revision, app=app, state=state, description=description,
+                              target_url=self.target_url)
+        if res is not None and (res.restored_from is not None or res.savepoints):
+            status = CommitStatus(revision=revision, app=app, state=state, target_url=self.target_url,
+                                  restored_from=res.restored_from, savepoints=res.savepoints, at=self.clock.now(),
+                                  description="")
+            status = dataclasses.replace(status, description=f"{description} ({status.lineage_text()})")
+        self.reporter.report(status)
 
     def _report_plan(self, the_plan: Plan, *, incremental: bool) -> None:
         for ap in the_plan.apps:
@@ -322,7 +358,47 @@ class Reconciler:
     def _report_result(self, revision: str | None, res: AppResult) -> None:
         if revision is None or res.action in (Action.ERROR, Action.BLOCKED, Action.NOOP):
             return
-        self._status(revision, res.app, res.outcome, res.message)
+        self._status(revision, res.app, res.outcome, res.message, res=res)
+        if self._recovered is not None:  # keep the fallback current without re-reading every note
+            for path in res.savepoints:
+                sp = SavepointRecord(path=path, taken_at=self.clock.now(), revision=revision)
+                self._recovered = {**self._recovered, res.app: (*self._recovered.get(res.app, ()), sp)}
+
+
+def lineage_from_notes(notes: dict[str, str]) -> dict[str, tuple[SavepointRecord, ...]]:
+    """The savepoints that lineage lines of git notes name, per app, oldest first."""
+    found: dict[str, list[SavepointRecord]] = {}
+    for commit, text in notes.items():
+        for line in text.splitlines():
+            if not line.startswith(LINEAGE_PREFIX):
+                continue
+            app, _, body = line[len(LINEAGE_PREFIX):].partition(": ")
+            try:
+                doc = json.loads(body)
+                at = datetime.fromisoformat(doc["at"]) if doc.get("at") else None
+                paths = [p for p in doc.get("savepoints") or () if isinstance(p, str) and p]
+            except (ValueError, TypeError, KeyError, AttributeError):
+                log.warning("ignoring an unreadable lineage line on commit %s: %.200s", commit[:12], line)
+                continue
+            if at is None:
+                continue
+            for path in paths:
+                found.setdefault(app, []).append(SavepointRecord(path=path, taken_at=at, revision=commit))
+    return {app: tuple(sorted(sps, key=lambda s: s.taken_at)) for app, sps in found.items()}
+
+
+def with_recovered(records: Records, recovered: dict[str, tuple[SavepointRecord, ...]]) -> Records:
+    """Records, plus what git notes say for apps whose record knows no savepoint (or is gone).
+
+    A record that has savepoints is trusted as is: it also knows which ones retention disposed of."""
+    apps = dict(records.apps)
+    for app, sps in recovered.items():
+        rec = apps.get(app)
+        if rec is None:
+            apps[app] = AppRecord(name=app, savepoints=sps)
+        elif not rec.savepoints:
+            apps[app] = rec.model_copy(update={"savepoints": sps})
+    return Records(apps=apps) if apps != records.apps else records
 
 
 def _pending_text(ap: AppPlan) -> str:
@@ -389,8 +465,9 @@ def make_reporter(settings: Settings, source: GitSource, clock: Clock) -> Report
 
 
 def _leader_election(settings: Settings, runtime: Runtime | None, clock: Clock
-                     ) -> tuple[Callable[[], bool] | None, Callable[[], None] | None]:
-    """With leader_election on, a background thread keeps a Lease; only its holder reconciles."""
+                     ) -> tuple[LeaseElector | None, Callable[[], None] | None]:
+    """With leader_election on, a background thread keeps a Lease; only its holder reconciles.
+    Returns (the LeaseElector or None, a function that stops it)."""
     if not settings.leader_election:
         return None, None
     import os
@@ -406,7 +483,21 @@ def _leader_election(settings: Settings, runtime: Runtime | None, clock: Clock
                            identity=identity)
     stop = threading.Event()
     threading.Thread(target=elector.run, args=(stop,), name="lease", daemon=True).start()
-    return elector.is_leader, stop.set
+    return elector, stop.set
+
+
+def make_record_store(settings: Settings, runtime: Runtime | None,
+                      elector: LeaseElector | None = None) -> RecordStore:
+    """Records live with the runtime: ConfigMaps beside the apps on Kubernetes (writes fenced by the
+    leader Lease when there is one), files beside the clusters for the local runtime."""
+    from reconciler.live.kubernetes import KubernetesRuntime
+
+    if isinstance(runtime, KubernetesRuntime):
+        from reconciler.live.k8s_records import ConfigMapRecordStore, lease_fence
+
+        return ConfigMapRecordStore(runtime.kube, runtime.namespaces,
+                                    fence=lease_fence(elector) if elector is not None else None)
+    return FileRecordStore(settings.state_dir / "records")
 
 
 def make_source(settings: Settings) -> GitSource:
@@ -422,13 +513,18 @@ def make_reconciler(settings: Settings, clock: Clock, *, metrics: Metrics | None
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     source = make_source(settings)
     runtime = make_runtime(settings, clock)
-    leader, stop_election = _leader_election(settings, runtime, clock)
+    elector, stop_election = _leader_election(settings, runtime, clock)
+    journal = Journal(settings.state_dir / "journal", clock, store=make_record_store(settings, runtime, elector))
+    # The SQLite journal of 0.1 is imported once. With an election only the leader may write, and in a
+    # cluster that journal lived in an emptyDir anyway: nothing to import there.
+    if elector is None:
+        migrate_sqlite_journal(settings.state_dir, journal)
     return Reconciler(
         source=source,
         runtime=runtime,
-        leader=leader,
+        leader=elector.is_leader if elector is not None else None,
         on_shutdown=stop_election,
-        journal=Journal(settings.state_dir / "journal.sqlite", clock),
+        journal=journal,
         clock=clock,
         subdir=settings.path,
         policy=Policy(prune=settings.prune, mass_delete_fraction=settings.mass_delete_threshold,

@@ -1,8 +1,11 @@
 """Statuses as git notes on the commit, pushed to origin: works with any Git server, no API token.
 
-One note per commit under refs/notes/flink-reconciler, one line per app:
+One note per commit under refs/notes/flink-reconciler, one line per app, and for an execution that
+started a job or took a savepoint a structured lineage line (a second durable copy of where each app's
+state went, that any clone can read: a reconciler that lost its records recovers from it):
 
-    flink-reconciler/orders: success - applied, job RUNNING
+    flink-reconciler/orders: success - upgrade applied at 1a2b3c4d5e6f; job 9f... running
+    flink-reconciler-lineage/orders: {"at": "...", "restored_from": "file:/sp/savepoint-1", "savepoints": [...], ...}
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from reconciler.errors import ReportError, SourceAuthError, SourceError, TransientReportError
-from reconciler.report.status import CommitStatus, one_line
+from reconciler.report.status import LINEAGE_PREFIX, CommitStatus, one_line
 from reconciler.source.git import NOTES_REF, GitSource
 
 
@@ -39,7 +42,10 @@ class GitNotesSink:
         """Write every line locally, then push once."""
         by_revision: dict[str, dict[str, str]] = {}
         for status in statuses:  # later statuses of the same app win, as they would one by one
-            by_revision.setdefault(status.revision, {})[status.context] = note_line(status)
+            lines = by_revision.setdefault(status.revision, {})
+            lines[status.context] = note_line(status)
+            if status.has_lineage:
+                lines[LINEAGE_PREFIX + status.app] = f"{LINEAGE_PREFIX}{status.app}: {status.lineage_json()}"
         try:
             for revision, lines in by_revision.items():
                 self._source.add_notes(revision, lines, ref=self._ref)

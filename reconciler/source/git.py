@@ -407,6 +407,31 @@ class GitSource:
                 log.info("notes push to %s raced another writer (attempt %d), retrying", self._url, attempt)
             raise SourceError(f"push notes to {self._url} kept being rejected after {attempts} attempts: {last_error}")
 
+    def read_notes(self, ref: str = NOTES_REF) -> dict[str, str]:
+        """Every note under `ref`, origin's and ours merged (ours win per commit): commit sha -> text.
+
+        Used once at start-up, to recover what earlier reconcilers wrote (lineage) when records are gone."""
+        with self._lock:
+            self._require_repo()
+            remote_ref = _REMOTE_NOTES_PREFIX + ref.removeprefix("refs/notes/")
+            self._exec(["update-ref", "-d", remote_ref])
+            self._run(["fetch", "--no-write-fetch-head", "origin", f"+{ref}:{remote_ref}"], network=True,
+                      what=f"fetch notes from {self._url}", ok_stderr=("couldn't find remote ref",))
+            notes: dict[str, str] = {}
+            for r in (remote_ref, ref):
+                if self._ref_sha(r) is None:
+                    continue
+                # ls-tree, not `git notes list`: `notes --ref` would rewrite a ref outside refs/notes/.
+                # A notes tree names each commit by its path, possibly fanned out (ab/cdef...).
+                entries = [line.split("\t", 1) for line in self._run(
+                    ["ls-tree", "-r", "-z", r], what="list notes").decode().split("\0") if "\t" in line]
+                pairs = [(path.replace("/", ""), meta.split()[2]) for meta, path in entries]
+                bodies = self._cat_batch([blob for _, blob in pairs])
+                for (commit, _), body in zip(pairs, bodies, strict=True):
+                    if body is not None and _is_sha(commit):
+                        notes[commit] = body.decode(errors="replace")
+            return notes
+
     # ---------------------------------------------------------------- internals
 
     def _drop_pending(self, ref: str, count: int) -> None:

@@ -70,7 +70,7 @@ class World:
 def world(tmp_path: Path) -> Iterator[World]:
     clock = FakeClock()
     rt = FakeRuntime(clock, savepoint_dir=str(tmp_path / "sp"), create_savepoint_dirs=True)
-    journal = Journal(tmp_path / "journal.sqlite", clock)
+    journal = Journal(tmp_path / "journal", clock)
     w = World(clock, rt, journal)
     yield w
     journal.close()
@@ -532,7 +532,7 @@ def test_success_prunes_savepoints_per_retention_keeping_the_restore_point(world
 def _upgrade_world(tmp_path: Path, *, bad_new: bool = False) -> tuple[World, AppPlan]:
     clock = FakeClock()
     rt = FakeRuntime(clock)
-    journal = Journal(tmp_path / "journal.sqlite", clock)
+    journal = Journal(tmp_path / "journal", clock)
     w = World(clock, rt, journal)
     old = make_app()
     new = make_app(entry_class="com.example.Typo" if bad_new else None, parallelism=2)

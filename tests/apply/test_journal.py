@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import json
 import os
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.apply.journal import SCHEMA_VERSION, Journal, Stage, StepPhase, local_savepoint_dir
+from reconciler.apply.journal import MAX_TRANSITIONS, SCHEMA_VERSION, Journal, Stage, StepPhase, local_savepoint_dir
 from reconciler.clock import FakeClock
 from reconciler.core.observed import Outcome
 from reconciler.core.plan import CAPTURED, Action, AppPlan, AwaitRunning, StartJob, StopWithSavepoint, spec_hash
-from reconciler.errors import JournalError
+from reconciler.errors import JournalError, RecordConflictError
 from tests.apply.fakes import make_app
 
 REV1, REV2 = "1" * 40, "2" * 40
@@ -335,31 +335,97 @@ def test_lock_held_by_another_process(journal: Journal) -> None:
         pass
 
 
-def test_newer_schema_is_refused(tmp_path: Path, clock: FakeClock) -> None:
-    path = tmp_path / "journal.sqlite"
-    Journal(path, clock).close()
-    with sqlite3.connect(path) as conn:
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+def _record_file(journal: Journal, app: str = "orders") -> Path:
+    return journal.path.parent / "records" / f"{app}.json"
+
+
+def test_records_live_in_one_file_per_app_beside_the_runtime(journal: Journal) -> None:
+    journal.begin("orders", REV1, plan_for())
+    journal.add_savepoint("orders", "file:/sp/savepoint-1", job_id="o" * 32, revision=REV1)
+    doc = json.loads(_record_file(journal).read_text())
+    assert (doc["kind"], doc["version"], doc["app"]) == ("FlinkReconcilerRecord", SCHEMA_VERSION, "orders")
+    assert doc["inflight"]["revision"] == REV1 and doc["savepoints"][0]["path"] == "file:/sp/savepoint-1"
+    assert not list(_record_file(journal).parent.glob(".*.tmp"))  # written atomically, no temp file left
+
+
+def test_a_new_journal_on_the_same_records_sees_everything(journal: Journal, clock: FakeClock) -> None:
+    """What a new process (or pod) sees: nothing lives only in the old process."""
+    journal.begin("orders", REV1, plan_for())
+    journal.step_done("orders", 0, captured_path="file:/sp/savepoint-1", captured_kind="savepoint")
+    other = Journal(journal.path, clock)
+    inf = other.inflight("orders")
+    assert inf is not None and inf.captured_path == "file:/sp/savepoint-1"
+    assert other.records() == journal.records()
+
+
+def test_newer_record_version_is_refused(journal: Journal, clock: FakeClock) -> None:
+    journal.begin("orders", REV1, plan_for())
+    path = _record_file(journal)
+    doc = json.loads(path.read_text())
+    doc["version"] = SCHEMA_VERSION + 1
+    path.write_text(json.dumps(doc))
     with pytest.raises(JournalError, match="newer flink-reconciler") as err:
-        Journal(path, clock)
-    assert str(path) in str(err.value)
+        Journal(journal.path, clock).records()
+    assert str(path.parent) in str(err.value)
 
 
-@pytest.mark.parametrize("content", [b"this is not sqlite at all" * 100, b"SQLite format 3\x00" + b"\xff" * 4000])
-def test_corrupt_file_is_refused_naming_it(tmp_path: Path, clock: FakeClock, content: bytes) -> None:
-    path = tmp_path / "journal.sqlite"
+@pytest.mark.parametrize("content", [b"this is not json at all", b"[1, 2]", b'{"kind": "Something", "version": 1}'])
+def test_corrupt_record_is_refused_naming_it(journal: Journal, clock: FakeClock, content: bytes) -> None:
+    path = _record_file(journal)
+    path.parent.mkdir(parents=True)
     path.write_bytes(content)
     with pytest.raises(JournalError) as err:
-        Journal(path, clock)
-    assert str(path) in str(err.value)
+        Journal(journal.path, clock).records()
+    assert "orders" in str(err.value) and str(path.parent) in str(err.value)
 
 
-def test_a_foreign_sqlite_file_is_refused(tmp_path: Path, clock: FakeClock) -> None:
-    path = tmp_path / "journal.sqlite"
-    with sqlite3.connect(path) as conn:
-        conn.execute("CREATE TABLE something (x)")
-    with pytest.raises(JournalError, match="not a flink-reconciler journal"):
-        Journal(path, clock)
+def test_a_second_writer_is_refused_instead_of_overwritten(journal: Journal, clock: FakeClock) -> None:
+    journal.begin("orders", REV1, plan_for())
+    other = Journal(journal.path, clock)
+    assert other.inflight("orders") is not None  # both have read the same version
+    journal.step_started("orders", 0)
+    with pytest.raises(RecordConflictError):
+        other.set_scratch("orders", trigger_id="from-the-other-writer")
+    inf = Journal(journal.path, clock).inflight("orders")
+    assert inf is not None and inf.trigger_id is None and inf.phase is StepPhase.STARTED
+    other.refresh()  # after re-reading, the other writer may go on
+    other.set_scratch("orders", trigger_id="t-2")
+    assert Journal(journal.path, clock).inflight("orders").trigger_id == "t-2"  # type: ignore[union-attr]
+
+
+def test_idle_ticks_do_not_write(journal: Journal) -> None:
+    """The daemon meets a blocked app every tick: the record must not be rewritten each time."""
+    journal.set_source_file("orders", "apps/orders.yaml")
+    journal.record_attempt("orders", REV1, Outcome.FAILURE, "blocked: x", action="blocked")
+    stamp = _record_file(journal).stat()
+    for _ in range(3):
+        journal.record_attempt("orders", REV1, Outcome.FAILURE, "blocked: x", action="blocked")
+        journal.set_source_file("orders", "apps/orders.yaml")
+    again = _record_file(journal).stat()
+    assert (again.st_ino, again.st_mtime_ns) == (stamp.st_ino, stamp.st_mtime_ns)
+    journal.record_attempt("orders", REV1, Outcome.FAILURE, "blocked: y", action="blocked")
+    assert _record_file(journal).stat().st_ino != stamp.st_ino  # a real change is written
+
+
+def test_lineage_names_what_each_execution_restored_and_produced(journal: Journal, clock: FakeClock) -> None:
+    p = plan_for()
+    journal.begin("orders", REV1, p)
+    journal.add_savepoint("orders", "file:/sp/savepoint-1", job_id="o" * 32, revision=REV1)
+    journal.step_done("orders", 0, captured_path="file:/sp/savepoint-1", captured_kind="savepoint")
+    journal.set_scratch("orders", restored_from="file:/sp/savepoint-1")
+    clock.advance(3)
+    got = journal.finish("orders", Outcome.SUCCESS, "applied", applied_spec=p.desired, job_id="n" * 32)
+    assert got is not None
+    assert (got.revision, got.action, got.outcome, got.restored_from, got.savepoints, got.job_id) == (
+        REV1, "upgrade", Outcome.SUCCESS, "file:/sp/savepoint-1", ("file:/sp/savepoint-1",), "n" * 32)
+    assert journal.lineage("orders") == [got]
+
+
+def test_history_is_capped(journal: Journal) -> None:
+    for i in range(MAX_TRANSITIONS + 20):
+        journal.note("orders", "note", f"line {i}")
+    hist = journal.history("orders")
+    assert len(hist) == MAX_TRANSITIONS and hist[-1].message == f"line {MAX_TRANSITIONS + 19}"
 
 
 def test_threads_share_one_journal(journal: Journal) -> None:

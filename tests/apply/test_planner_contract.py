@@ -47,7 +47,7 @@ def test_planned_create_upgrade_rollback_and_no_retry_loop(tmp_path: Path) -> No
     clock = FakeClock()
     rt = FakeRuntime(clock)
     rt.behaviours["com.example.Typo"] = Behaviour.BAD_ENTRY_CLASS
-    with Journal(tmp_path / "journal.sqlite", clock) as journal:
+    with Journal(tmp_path / "journal", clock) as journal:
         ex = Executor(rt, journal, clock, resolve_jar=lambda app: Path("/jars/counter.jar"))
         v1 = make_app()
         create = planned(rt, journal, clock, REV1, v1, None)

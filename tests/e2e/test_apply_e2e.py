@@ -21,7 +21,6 @@ import io
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -162,26 +161,28 @@ class E2E:
 
     # -- the journal, read only (what another process sees) ----------------------------------------
 
-    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-        db = self.state / "journal.sqlite"
-        conn = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=5)
+    def _record(self) -> dict[str, Any] | None:
+        """The app's record as another process reads it (written atomically by rename: never torn)."""
         try:
-            conn.row_factory = sqlite3.Row
-            return [dict(r) for r in conn.execute(sql, args).fetchall()]
-        finally:
-            conn.close()
+            doc: dict[str, Any] = json.loads((self.state / "records" / f"{APP}.json").read_text())
+        except FileNotFoundError:
+            return None
+        return doc
 
     def inflight(self) -> dict[str, Any] | None:
-        rows = self._query("SELECT * FROM inflight WHERE app = ?", (APP,))
-        return rows[0] if rows else None
+        doc = self._record()
+        row: dict[str, Any] | None = doc.get("inflight") if doc else None
+        return row
 
     def app_row(self) -> dict[str, Any]:
-        rows = self._query("SELECT * FROM apps WHERE name = ?", (APP,))
-        assert rows, "the journal has no record of the app"
-        return rows[0]
+        doc = self._record()
+        assert doc, "the journal has no record of the app"
+        row: dict[str, Any] = doc["record"]
+        return row
 
     def savepoints(self, revision: str) -> list[dict[str, Any]]:
-        return self._query("SELECT * FROM savepoints WHERE app = ? AND revision = ? ORDER BY id", (APP, revision))
+        doc = self._record()
+        return [s for s in (doc or {}).get("savepoints", []) if s.get("revision") == revision]
 
     # -- Flink -----------------------------------------------------------------------------------
 
@@ -343,6 +344,10 @@ def test_savepoint_upgrade_continues_every_count(e2e: E2E, change: str) -> None:
     assert (restored, is_savepoint) == (st["last_savepoint"], True)
     assert [s["path"] for s in e2e.savepoints(rev)] == [st["last_savepoint"]]
     assert Path(st["last_savepoint"].removeprefix("file:")).is_dir()
+    # `history` tells the lineage: this revision's job started from the savepoint the upgrade took.
+    lineage = e2e.history_json()["lineage"][-1]
+    assert (lineage["revision"], lineage["outcome"], lineage["restored_from"], lineage["savepoints"],
+            lineage["job_id"]) == (rev, "success", st["last_savepoint"], [st["last_savepoint"]], new_job), lineage
     if change.startswith("parallelism"):
         # The source made one split at parallelism 1: restored at 2, one of its readers has nothing to
         # read and FINISHES, and the job runs on (a RUNNING job, which the next upgrade must treat so).
@@ -401,10 +406,7 @@ def kill_apply_when(e2e: E2E, ready: Callable[[dict[str, Any]], bool], what: str
     end = time.monotonic() + timeout
     try:
         while True:
-            try:
-                row = e2e.inflight()
-            except sqlite3.OperationalError:  # the journal is being created or checkpointed: look again
-                row = None
+            row = e2e.inflight()
             if row is not None and ready(row):
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=30)
@@ -427,12 +429,12 @@ def kill_apply_when(e2e: E2E, ready: Callable[[dict[str, Any]], bool], what: str
 
 
 def describe_row(row: dict[str, Any]) -> str:
-    plan = json.loads(row["plan"])
+    plan = row["plan"]
     steps = plan["rollback"] if row["stage"] == "rollback" else plan["steps"]
     step = steps[row["step_index"]]["type"] if row["step_index"] < len(steps) else "?"
     return (f"stage={row['stage']} step={row['step_index']}:{step} phase={row['phase']} "
-            f"trigger_id={'set' if row['trigger_id'] else 'unset'} "
-            f"captured={'set' if row['captured_path'] else 'unset'} submitted_job_id={row['submitted_job_id']}")
+            f"trigger_id={'set' if row.get('trigger_id') else 'unset'} "
+            f"captured={'set' if row.get('captured_path') else 'unset'} submitted_job_id={row.get('submitted_job_id')}")
 
 
 def trigger_status(e2e: E2E, job_id: str, trigger_id: str) -> int:
@@ -450,7 +452,7 @@ def test_kill_after_savepoint_trigger_resumes(e2e: E2E, moment: str) -> None:
     old_job = e2e.only_running_job()
 
     def ready(row: dict[str, Any]) -> bool:
-        trigger = row["trigger_id"]
+        trigger = row.get("trigger_id")
         if trigger is None:
             return False
         return moment == "journaled" or trigger_status(e2e, old_job, trigger) == 200
@@ -470,10 +472,10 @@ def test_kill_after_savepoint_trigger_resumes(e2e: E2E, moment: str) -> None:
     assert killed is not None
     proc, row = killed
     assert proc.returncode == -signal.SIGKILL
-    plan = json.loads(row["plan"])
+    plan = row["plan"]
     assert row["revision"] == rev and plan["steps"][0] == {**plan["steps"][0], "type": "StopWithSavepoint",
                                                            "job_id": old_job}
-    known = trigger_status(e2e, old_job, row["trigger_id"])
+    known = trigger_status(e2e, old_job, row.get("trigger_id"))
     CRASH_NOTES.append(f"trigger {moment}, attempt {attempt}: killed at {describe_row(row)}; "
                        f"Flink {'had' if known == 200 else 'did not have'} the stop request (HTTP {known})")
     new_job = start_step(plan)["job_id"]
@@ -501,7 +503,7 @@ def test_kill_after_submit_does_not_submit_twice(e2e: E2E) -> None:
 
     def submitted(row: dict[str, Any]) -> bool:
         """The StartJob step recorded its job id and Flink has that job: the submit reached Flink."""
-        job_id = row["submitted_job_id"]
+        job_id = row.get("submitted_job_id")
         if job_id is None or row["stage"] != "forward":
             return False
         for j in e2e.jobs():
@@ -524,8 +526,8 @@ def test_kill_after_submit_does_not_submit_twice(e2e: E2E) -> None:
     proc, row = killed
     assert proc.returncode == -signal.SIGKILL
     CRASH_NOTES.append(f"after submit, attempt {attempt}: killed at {describe_row(row)}")
-    new_job = row["submitted_job_id"]
-    assert new_job == start_step(json.loads(row["plan"]))["job_id"] == deterministic_job_id(APP, rev, 1)
+    new_job = row.get("submitted_job_id")
+    assert new_job == start_step(row["plan"])["job_id"] == deterministic_job_id(APP, rev, 1)
 
     code, out = e2e.apply_subprocess()
     assert code == 0, out

@@ -16,7 +16,8 @@ subclass takes over the object requests and adds what our code relies on (see ..
   ``AlreadyExists`` on create, 404 ``NotFound`` with the real message format;
 - ``metadata.generation`` bumped when ``spec`` changes; a few server defaults (clusterIP, protocol,
   imagePullPolicy, restartPolicy, revisionHistoryLimit ...) so drift detection must ignore them;
-- deletion: finalizers hold an object with ``deletionTimestamp``; ownerReference garbage collection
+- deletion: ``preconditions.resourceVersion`` (409 ``Conflict`` when stale); finalizers hold an object
+  with ``deletionTimestamp``; ownerReference garbage collection
   (Background and Foreground cascade synchronously, Orphan strips the references);
 - the service proxy ``/api/v1/namespaces/N/services/S:P/proxy/...`` to a backend registered by a test,
   503 ``ServiceUnavailable`` ("no endpoints available") otherwise;
@@ -360,6 +361,11 @@ class StandinApi(kmock.KubernetesEmulator):
         if method == "DELETE":
             body = self._json(request) if request.body else {}
             policy = request.params.get("propagationPolicy") or body.get("propagationPolicy") or "Background"
+            want_rv = (body.get("preconditions") or {}).get("resourceVersion")
+            if want_rv is not None and want_rv != self._existing(key)["metadata"]["resourceVersion"]:
+                raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {_qualified(group, plural)} "{name}": '
+                                                "the ResourceVersion in the precondition does not match the "
+                                                "ResourceVersion in record. The object might have been modified")
             return self._delete_obj(key, policy)
         manager = request.params.get("fieldManager") or "unknown"
         ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip()
