@@ -67,6 +67,9 @@ PRUNABLE = ("Deployment", "StatefulSet", "Service", "ConfigMap", "RoleBinding", 
 # Kinds whose disappearance delete_cluster waits for.
 OWNED_KINDS = ("Deployment", "StatefulSet", "Service", "ConfigMap", "RoleBinding", "Role", "ServiceAccount", "Pod")
 
+# Flink's own labels on its Kubernetes HA ConfigMaps (cluster-id = the app name, see k8s_render).
+HA_CONFIGMAP_SELECTOR = "app={app},configmap-type=high-availability,type=flink-native-kubernetes"
+
 # Container states that do not heal by waiting: the cluster is FAILED (a deadline still decides).
 FAILING_REASONS = frozenset({
     "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull", "CrashLoopBackOff",
@@ -518,6 +521,8 @@ class KubernetesRuntime:
         start = self.clock.monotonic()
         objs = self._render_or_fail(app, job_id=job_id, restore_path=restore_path,
                                     allow_non_restored_state=allow_non_restored_state)
+        if app.spec.high_availability.enabled:
+            self._forget_other_jobs(app, job_id, deadline=deadline, start=start)
         self.apply(objs)
         self._ns_of[app.name] = app.metadata.namespace
         self.prune(app, objs)
@@ -557,6 +562,7 @@ class KubernetesRuntime:
                     fins = meta.get("finalizers") or []
                     left.append(f"{kind}/{meta['name']}" + (f" (finalizers: {', '.join(fins)})" if fins else ""))
             if not left:
+                self._delete_ha_configmaps(app, ns)  # no JobManager is left to recover from them
                 self._ns_of.pop(app, None)
                 return
             if self.clock.monotonic() >= deadline:
@@ -582,6 +588,46 @@ class KubernetesRuntime:
         """Not listed yet: savepoints live in the app's object store (s3://...), out of this runtime's reach.
         The finished job's savepoint and its retained checkpoint still come from Flink's REST API."""
         return []
+
+    # ---- Flink's HA data ----
+    def _forget_other_jobs(self, app: FlinkApp, job_id: str, *, deadline: float, start: float) -> None:
+        """Before a JobManager for a new job id starts: remove the old JobManager, then Flink's HA ConfigMaps.
+
+        The reconciler always names the restore point (--fromSavepoint), so nothing is lost; but an HA store
+        that still holds another job of this app (one that never reached a terminal state: a failed upgrade
+        being rolled back, a cluster deleted without a final savepoint) makes the new JobManager recover that
+        job too (Flink before 2.3 runs every recovered job): two jobs of one app. The old JobManager must be
+        gone first, or it would re-create the data, or lose leadership and restart from its own stale
+        arguments. The same job id keeps the data: a restarted submit is recovered, not duplicated."""
+        ns, name = app.metadata.namespace, r.object_names(app.name)["jobmanager"]
+        selector = f"{r.app_selector(app.name)},{r.LABEL_COMPONENT}=jobmanager"
+        # A list, not a GET: the Role grants list on workloads (docs/kubernetes.md, Permissions).
+        live = next((d for d in self.kube.list("Deployment", ns, selector) if d["metadata"]["name"] == name), None)
+        if live is not None:
+            containers = (((live.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
+            args = list(containers[0].get("args") or []) if containers else []
+            if "--job-id" in args[:-1] and args[args.index("--job-id") + 1] == job_id:
+                return
+            self.kube.delete("Deployment", ns, name)
+        while pods := [p["metadata"]["name"] for p in self.kube.list("Pod", ns, selector)]:
+            now = self.clock.monotonic()
+            if now >= deadline:
+                raise DeadlineExceededError(
+                    f"{app.name}: the old JobManager did not go away after {now - start:.0f}s "
+                    f"(still present: {', '.join(sorted(pods))}); its HA data is kept and no new job was started")
+            self.clock.sleep(min(self.poll_interval, max(0.0, deadline - now)))
+        self._delete_ha_configmaps(app.name, ns)
+
+    def _delete_ha_configmaps(self, app: str, ns: str) -> list[str]:
+        """Flink's Kubernetes HA ConfigMaps of `app` (its cluster-id): leader, job graphs, checkpoint pointers.
+        Flink labels them itself (KubernetesUtils.getConfigMapLabels); they are not owned by our root."""
+        deleted = []
+        for cm in self.kube.list("ConfigMap", ns, HA_CONFIGMAP_SELECTOR.format(app=app)):
+            if self.kube.delete("ConfigMap", ns, cm["metadata"]["name"]):
+                deleted.append(cm["metadata"]["name"])
+        if deleted:
+            log.info("%s: deleted Flink's HA ConfigMaps %s", app, ", ".join(deleted))
+        return deleted
 
     # ---- helpers ----
     def _rest_url(self, app: str, ns: str) -> str:

@@ -85,6 +85,8 @@ def _exercise_runtime(c: Cluster) -> None:
     rt.list_clusters()  # apps without a JobManager are STARTING: events are listed too
     rt.observe("plain")
     rt.drift(rt.render(plain, job_id="0" * 32))
+    # What start_job does first for an HA app whose JobManager runs another job (its REST wait needs Flink).
+    rt._forget_other_jobs(plain, "1" * 32, deadline=c.clock.monotonic() + 60, start=c.clock.monotonic())
     rt.ensure_cluster(app("stateful", c.namespace), deadline=c.clock.monotonic() + 60)  # prunes the StatefulSet
     no_ha = app("ha", c.namespace, job={"jarURI": "local:///j.jar", "upgradeMode": "stateless"},
                 highAvailability={"enabled": False, "storageDir": None})

@@ -213,7 +213,10 @@ def _stuck_workload_status(c: Cluster, name: str) -> None:
 
 def test_start_job_fails_at_its_deadline_with_the_pods_image_pull_reason(cluster: Cluster) -> None:
     rt = runtime(cluster)
-    a = mk(cluster, image=BAD_IMAGE)
+    # Without HA: with it, start_job first waits for JobManager pods of another job to go (the kubelet pod
+    # made below stands for the new one); see test_start_job_with_ha_*.
+    a = mk(cluster, image=BAD_IMAGE, job={"upgradeMode": "stateless"},
+           highAvailability={"enabled": False, "storageDir": None})
     if cluster.standin:
         cluster.standin.set_auto_ready(False)
         _kubelet_pod(cluster, "counter-jobmanager-5d9f-abcde", "jobmanager",
@@ -340,3 +343,106 @@ def test_status_readers() -> None:
                                              "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}]}}
     assert pod_problem(oom) == (True, "CrashLoopBackOff: back-off (last exit: OOMKilled, code 137)")
     assert pod_problem({"status": {"phase": "Running", "containerStatuses": [{"state": {"running": {}}}]}}) is None
+
+
+# ---- Flink's HA data between two jobs of one app -------------------------------------------------
+
+def _ha_configmap(c: Cluster, name: str, app_name: str, *, ha: bool = True) -> None:
+    """A ConfigMap as Flink's Kubernetes HA services label it (KubernetesUtils.getConfigMapLabels)."""
+    labels = {"app": app_name, "type": "flink-native-kubernetes"}
+    if ha:
+        labels["configmap-type"] = "high-availability"
+    c.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels},
+              "data": {"leader": "x"}}, manager="flink")
+
+
+def _jobmanager_pod(c: Cluster, name: str, owner: dict[str, Any] | None) -> None:
+    labels = {**r.selector_labels("counter", "jobmanager"), r.LABEL_VERSION: "2.3"}
+    meta: dict[str, Any] = {"name": name, "labels": labels}
+    if owner is not None:  # owned by the Deployment directly (the stand-in has no ReplicaSets)
+        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": owner["metadata"]["name"],
+                                    "uid": owner["metadata"]["uid"], "controller": True}]
+    c.create({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+              "spec": {"containers": [{"name": r.MAIN_CONTAINER, "image": "flink:2.3"}]}})
+
+
+def _configmaps(c: Cluster) -> set[str]:
+    return {o["metadata"]["name"] for o in c.kube.request("GET", c.kube.path("ConfigMap", c.namespace))["items"]}
+
+
+def _old_jobmanager(c: Cluster, rt: KubernetesRuntime, a: FlinkApp, job_id: str) -> None:
+    rt.apply(rt.render(a, job_id=job_id, restore_path="s3://b/sp-old"))
+    jm = c.kube.get("Deployment", c.namespace, "counter-jobmanager")
+    assert jm is not None
+    _jobmanager_pod(c, "counter-jobmanager-old", jm)
+
+
+def test_start_job_with_ha_removes_the_old_jobmanager_then_flinks_ha_data_of_another_job(
+        cluster: Cluster, standin_only: Any, flink_backend: tuple[str, type[_FakeFlinkRest]]) -> None:
+    """A job that never reached a terminal state (a failed upgrade being rolled back) stays in Flink's HA
+    store; a new JobManager would recover it next to the new job. The old JobManager goes first, then the
+    HA ConfigMaps of this app, and only Flink's HA ones."""
+    url, handler = flink_backend
+    standin_only.add_proxy_backend(cluster.namespace, "counter-rest", "8081", url)
+    rt = runtime(cluster, rest_via="proxy")
+    a = mk(cluster)
+    _old_jobmanager(cluster, rt, a, "a" * 32)
+    _ha_configmap(cluster, "counter-cluster-config-map", "counter")
+    _ha_configmap(cluster, f"counter-{'a' * 32}-config-map", "counter")
+    _ha_configmap(cluster, "other-cluster-config-map", "other")  # another app's HA data
+    _ha_configmap(cluster, "counter-notes", "counter", ha=False)  # someone's ConfigMap with a common label
+    standin_only.api.reset_log()
+    assert rt.start_job(a, job_id=handler.job_id, jar=None, restore_path="s3://b/sp-1",
+                        allow_non_restored_state=False, deadline=deadline(cluster, 30)) == handler.job_id
+    left = _configmaps(cluster)
+    assert "counter-cluster-config-map" not in left and f"counter-{'a' * 32}-config-map" not in left
+    assert {"other-cluster-config-map", "counter-notes", "counter-root", "counter-config"} <= left
+    assert names(cluster, "Pod", "counter") == set()  # the old JobManager pod went with its Deployment
+    jm = cluster.kube.get("Deployment", cluster.namespace, "counter-jobmanager")
+    assert jm is not None and handler.job_id in jm["spec"]["template"]["spec"]["containers"][0]["args"]
+    calls = [(c.verb, c.resource) for c in standin_only.api.calls()]
+    first = {k: calls.index(k) for k in (("delete", "deployments"), ("delete", "configmaps"), ("patch", "deployments"))}
+    assert first[("delete", "deployments")] < first[("delete", "configmaps")] < first[("patch", "deployments")]
+
+
+def test_start_job_with_ha_for_the_same_job_keeps_flinks_ha_data(
+        cluster: Cluster, standin_only: Any, flink_backend: tuple[str, type[_FakeFlinkRest]]) -> None:
+    """A retried StartJob of the same job id: Flink recovers that job from HA; nothing is removed."""
+    url, handler = flink_backend
+    standin_only.add_proxy_backend(cluster.namespace, "counter-rest", "8081", url)
+    rt = runtime(cluster, rest_via="proxy")
+    a = mk(cluster)
+    _old_jobmanager(cluster, rt, a, handler.job_id)
+    _ha_configmap(cluster, "counter-cluster-config-map", "counter")
+    standin_only.api.reset_log()
+    rt.start_job(a, job_id=handler.job_id, jar=None, restore_path="s3://b/sp-old", allow_non_restored_state=False,
+                 deadline=deadline(cluster, 30))
+    assert "counter-cluster-config-map" in _configmaps(cluster)
+    assert not [c for c in standin_only.api.calls() if c.verb == "delete"]
+
+
+def test_start_job_with_ha_fails_at_its_deadline_while_an_old_jobmanager_lingers_and_keeps_the_ha_data(
+        cluster: Cluster, standin_only: Any) -> None:
+    rt = runtime(cluster)
+    a = mk(cluster)
+    _jobmanager_pod(cluster, "counter-jobmanager-stray", None)  # nothing deletes it
+    _ha_configmap(cluster, "counter-cluster-config-map", "counter")
+    with pytest.raises(DeadlineExceededError, match=r"the old JobManager did not go away after 20s "
+                                                   r"\(still present: counter-jobmanager-stray\)"):
+        rt.start_job(a, job_id="b" * 32, jar=None, restore_path=None, allow_non_restored_state=False,
+                     deadline=deadline(cluster, 20))
+    assert "counter-cluster-config-map" in _configmaps(cluster)
+    assert cluster.kube.get("Deployment", cluster.namespace, "counter-jobmanager") is None  # no second JobManager
+
+
+def test_delete_cluster_removes_flinks_ha_data_of_the_app(cluster: Cluster, standin_only: Any) -> None:
+    """Deleted without a final savepoint (deletionPolicy delete), a job stays in the HA store; an app created
+    later under the same name would recover it."""
+    rt = runtime(cluster)
+    rt.ensure_cluster(mk(cluster), deadline=deadline(cluster, 10))
+    _ha_configmap(cluster, "counter-cluster-config-map", "counter")
+    _ha_configmap(cluster, "other-cluster-config-map", "other")
+    rt.delete_cluster("counter", deadline=deadline(cluster, 10))
+    left = _configmaps(cluster)
+    assert "counter-cluster-config-map" not in left and "counter-root" not in left
+    assert "other-cluster-config-map" in left
