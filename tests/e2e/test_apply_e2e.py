@@ -475,7 +475,7 @@ def test_kill_after_savepoint_trigger_resumes(e2e: E2E, moment: str) -> None:
     plan = row["plan"]
     assert row["revision"] == rev and plan["steps"][0] == {**plan["steps"][0], "type": "StopWithSavepoint",
                                                            "job_id": old_job}
-    known = trigger_status(e2e, old_job, row.get("trigger_id"))
+    known = trigger_status(e2e, old_job, row["trigger_id"])
     CRASH_NOTES.append(f"trigger {moment}, attempt {attempt}: killed at {describe_row(row)}; "
                        f"Flink {'had' if known == 200 else 'did not have'} the stop request (HTTP {known})")
     new_job = start_step(plan)["job_id"]

@@ -363,9 +363,10 @@ class StandinApi(kmock.KubernetesEmulator):
             policy = request.params.get("propagationPolicy") or body.get("propagationPolicy") or "Background"
             want_rv = (body.get("preconditions") or {}).get("resourceVersion")
             if want_rv is not None and want_rv != self._existing(key)["metadata"]["resourceVersion"]:
-                raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {_qualified(group, plural)} "{name}": '
-                                                "the ResourceVersion in the precondition does not match the "
-                                                "ResourceVersion in record. The object might have been modified")
+                what = f'{_qualified(group, plural)} "{name}"'
+                raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on {what}: the ResourceVersion in the "
+                                                "precondition does not match the ResourceVersion in record. The "
+                                                "object might have been modified")
             return self._delete_obj(key, policy)
         manager = request.params.get("fieldManager") or "unknown"
         ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip()
