@@ -118,8 +118,10 @@ def test_idle_daemon_exits_promptly_on_sigterm(daemon: DaemonProcess) -> None:
     url = daemon.url()
     daemon.wait_for(lambda: "synced" in daemon.records(), "the startup sync")
     assert httpx.get(url + "/healthz", timeout=5).text == "ok\n"
-    ready = httpx.get(url + "/readyz", timeout=5)
-    assert (ready.status_code, ready.text) == (200, "fake: always ready\n")
+    # Ready once the runner has counted the startup pass (a moment after the service wrote "synced").
+    ready = daemon.wait_for(lambda: (r := httpx.get(url + "/readyz", timeout=5)).status_code == 200 and r,
+                            "/readyz 200")
+    assert ready.text == "fake: always ready\n"
     daemon.proc.send_signal(signal.SIGTERM)
     assert daemon.proc.wait(timeout=20) == 0
     assert daemon.records()[-1].startswith("shutdown deadline_s=")
