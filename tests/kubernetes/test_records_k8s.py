@@ -194,6 +194,7 @@ spec:
   image: flink:2.3
   taskManager: {{slots: 2}}
   deadlines: {{start: 2m, savepoint: 1m, healthy: 2m, delete: 2m}}
+  highAvailability: {{enabled: true, storageDir: s3://bucket/ha/{app}}}
   job:
     jarURI: local:///opt/flink/usrlib/counter.jar
     entryClass: com.example.Counter
