@@ -10,8 +10,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-# May be missing until the per-app records change lands with it; checked like any other once it exists.
-PENDING = {ROOT / "docs" / "state.md"}
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -30,7 +28,7 @@ def test_relative_links_resolve_inside_the_project(doc: Path) -> None:
         path = (doc.parent / target.split("#", 1)[0]).resolve()
         if not path.is_relative_to(ROOT):
             problems.append(f"{target}: outside the project")
-        elif not path.exists() and path not in PENDING:
+        elif not path.exists():
             problems.append(f"{target}: no such file")
     assert not problems, f"{doc.name}: " + "; ".join(problems)
 
