@@ -486,7 +486,7 @@ def _restore_when_not_running(ctx: _Ctx, what: str, *, trust_savepoints: bool = 
                                             f"({live.evidence_error}): nothing is started until they can be, so no "
                                             "state is dropped. To proceed: fix that access, or set "
                                             "spec.job.initialSavepointPath to the savepoint to start from.")
-    if first_sight and not found:
+    if first_sight and not found and not live.stopped_job_id:
         return NO_STATE, (), None  # no trace of any state: a new app
     trusted = trust_savepoints or mode is UpgradeMode.LAST_STATE
     savepoints = [f for f in found if f.is_savepoint and (f.exact or trusted)]
@@ -510,6 +510,12 @@ def _restore_when_not_running(ctx: _Ctx, what: str, *, trust_savepoints: bool = 
     if ckpt:
         why = f"the latest checkpoint is {_age(ctx.inp.now - ckpt.at)} old" + (
             f", older than maxCheckpointAge {_age(max_age)}" if max_age else " and maxCheckpointAge is unset")
+    elif live.stopped_job_id and not found:
+        # Flink's REST API serves checkpoint statistics from a cache (web.refresh-interval): right after
+        # a stop the savepoint may not show yet. A job that ended is a trace of a past: never "new".
+        why = (f"job {live.stopped_job_id} on its cluster has ended, and neither Flink nor the storage shows a "
+               "savepoint or checkpoint of it (yet: Flink's statistics can lag a few seconds; the next pass "
+               "looks again)")
     else:
         why = "there is no retained checkpoint"
     newest_sp = next((f for f in found if f.is_savepoint), None)
