@@ -17,10 +17,8 @@ each other), reusing the driver of tests/e2e/test_apply_e2e.py. Nothing sleeps t
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,10 +27,11 @@ from typing import Any
 import pytest
 
 from reconciler.clock import SystemClock
+from reconciler.core.observed import LiveApp
 from reconciler.live.local import LocalRuntime
 from reconciler.live.observe import observe
 from tests.e2e.test_apply_e2e import APP, E2E, JAR_PATH, SPEC_FILE, app_yaml, start_step, step_types
-from tests.fixtures.flink import teardown_runtime
+from tests.fixtures.flink import teardown_runtime, wait_until
 from tests.gitutil import Repo
 
 pytestmark = [pytest.mark.flink, pytest.mark.slow]
@@ -68,7 +67,8 @@ def forget_everything_but(state_dir: Path, keep: set[str]) -> list[str]:
 
 
 def forget_records(state_dir: Path) -> list[str]:
-    """The reconciler's memory: the journal (with its WAL files) and the records store, whichever exists."""
+    """The reconciler's memory: the records store (`records/`) and the 0.1 journal (`journal.sqlite*`),
+    whichever exists."""
     gone = []
     for p in sorted(state_dir.iterdir()):
         if p.name.startswith("journal.sqlite") or p.name == "records":
@@ -156,11 +156,8 @@ def kill_after_stop(env: E2E, timeout: float = 120) -> dict[str, Any] | None:
     end = time.monotonic() + timeout
     try:
         while True:
-            try:
-                row = env.inflight()
-            except sqlite3.OperationalError:
-                row = None
-            if row is not None and row["captured_path"]:
+            row = env.inflight()
+            if row is not None and row.get("captured_path"):
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=30)
                 return env.inflight()
@@ -191,7 +188,7 @@ def test_kill_after_stop_then_lost_records_restores_the_savepoint_just_taken(env
     else:
         pytest.fail("three applies finished before the kill could land")
     taken = row["captured_path"]
-    plan_killed = json.loads(row["plan"])
+    plan_killed = row["plan"]
     planned_job = start_step(plan_killed)["job_id"]
     jobs = {j.job_id: j.state for j in env.jobs()}
     assert jobs.get(old_job) == "FINISHED", jobs
@@ -203,11 +200,17 @@ def test_kill_after_stop_then_lost_records_restores_the_savepoint_just_taken(env
     assert gone, sorted(p.name for p in env.state.iterdir())
     NOTES.append(f"(b) deleted: {', '.join(gone)}")
 
-    live = observe(env.rt, [APP]).get(APP)
     plan = env.plan_live()
     NOTES.append(f"(b) plan after the memory loss: {plan['action']}: {plan['reason']}")
     if not submitted:
-        # What Flink still shows: the old job, FINISHED, and the savepoint it stopped with.
+        # What Flink still shows: the old job, FINISHED, and the savepoint it stopped with (in its
+        # checkpoint statistics, which the REST API caches for web.refresh-interval).
+        def stopped_with_savepoint() -> LiveApp | None:
+            la = observe(env.rt, [APP]).get(APP)
+            return la if la.stopped_savepoint is not None else None
+
+        live = wait_until(stopped_with_savepoint, timeout=15,
+                          what="the stopped job's savepoint in Flink's checkpoint statistics")
         assert live.stopped_job_id == old_job and live.stopped_savepoint is not None, live
         assert same_path(live.stopped_savepoint.path, taken), (live.stopped_savepoint, taken)
         assert plan["action"] == "create" and plan["reason"].startswith("adopted: restoring from"), plan["reason"]
