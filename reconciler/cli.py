@@ -429,7 +429,7 @@ def _print_status(rec: Reconciler) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     settings = _settings(args, repo_url=os.environ.get("FLINK_RECONCILER_REPO_URL") or ".")
-    if not (settings.state_dir / "journal.sqlite").is_file():  # never create a state dir just to look
+    if not any((settings.state_dir / n).exists() for n in ("records", "journal.sqlite")):  # never create one to look
         if args.output == "json":
             print("[]")
         else:
