@@ -1,9 +1,9 @@
 """Issue 8, end to end on real Flink: the reconciler loses its memory, the app keeps its state.
 
-The records (journal, last applied spec, savepoint history) live on the reconciler's disk here. When
-they are gone (new pod, failover, a deleted state directory), the first `apply` sees an app it has no
-record of. It must adopt the app with the newest state Flink or the storage shows, never start it
-empty:
+The records (last applied spec, savepoint history, the in-flight step) live in the state directory
+here (`records/<app>.json`). When they are gone (new pod, failover, a deleted state directory), the
+first `apply` sees an app with no applied spec on record. It must adopt the app with the newest state
+the records (savepoints recovered from Git notes), Flink or the storage show, never start it empty:
 
 (a) suspend via Git, delete the whole state directory except `savepoints/`, resume via Git: the plan
     says it restores from the suspend savepoint, and every count continues.
