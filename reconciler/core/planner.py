@@ -213,7 +213,8 @@ def _plan_orphan(name: str, inp: PlanInput, guard: str | None) -> AppPlan:
     lost. Deleted only with prune on, through the guard, and never without a final savepoint."""
     live = inp.live.get(name)
     base = {"app": name}
-    what = f"a cluster of app {name} exists but Git has no spec and there is no record of it"
+    what = f"a cluster of app {name} exists but Git has no spec and " + (
+        "no applied spec of it is on record" if inp.records.get(name) else "there is no record of it")
     if not inp.policy.prune:
         return AppPlan(**base, action=Action.NOOP,
                        reason=f"{what}; pruning is disabled, so it is left running (add its spec back to manage "
