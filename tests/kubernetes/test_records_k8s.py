@@ -8,6 +8,7 @@ The takeover test needs a Flink REST API behind the JobManager's Service, which 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -224,6 +225,7 @@ def replicas(world: World, tmp_path: Path) -> Iterator[dict[str, Any]]:  # noqa:
     assert isinstance(world.clock, SimClock)
     clock = world.clock
     alive: dict[str, bool] = {}
+    electors: dict[str, LeaseElector] = {}
 
     def replica(identity: str) -> tuple[Reconciler, LeaseElector, CrashingStore]:
         elector = _elector(world.cluster, identity, clock)
@@ -235,6 +237,7 @@ def replicas(world: World, tmp_path: Path) -> Iterator[dict[str, Any]]:  # noqa:
         rec = Reconciler(source=source, runtime=runtime, journal=Journal(state / "journal", clock, store=store),
                          clock=clock, subdir="apps", leader=elector.is_leader, max_parallel=1)
         alive[identity] = True
+        electors[identity] = elector
         # What the election thread does in a live process: renew while the process lives.
         def renew() -> None:
             if alive[identity]:
@@ -243,7 +246,8 @@ def replicas(world: World, tmp_path: Path) -> Iterator[dict[str, Any]]:  # noqa:
         clock.on_sleep.append(renew)
         return rec, elector, store
 
-    yield {"world": world, "revs": (rev1, rev2), "replica": replica, "alive": alive, "clock": clock}
+    yield {"world": world, "revs": (rev1, rev2), "replica": replica, "alive": alive, "clock": clock,
+           "electors": electors, "repo": repo}
 
 
 @pytest.mark.parametrize("crash_at", CRASH_POINTS)
@@ -301,3 +305,63 @@ def test_a_standby_with_an_empty_state_dir_finishes_the_dead_leaders_upgrade(
     store_a.crash_at = None
     with pytest.raises(FencedError):
         leader.journal.note(APP, "late", "a write from a deposed leader")
+
+
+def test_suspend_then_resume_and_delete_then_recreate_on_a_new_replica_restore_their_savepoints(
+        replicas: dict[str, Any]) -> None:
+    """The record outlives the cluster: a replica with an empty state dir resumes a suspended app from its
+    suspend savepoint, and a re-created app from the final savepoint its deletion took."""
+    w: World = replicas["world"]
+    clock: SimClock = replicas["clock"]
+    rev1, _ = replicas["revs"]
+    assert w.flink is not None
+    repo: Repo = replicas["repo"]
+    spec_text = (repo.work / "apps" / "counter.yaml").read_text()
+
+    a, el_a, _ = replicas["replica"]("pod-a")
+    assert el_a.try_acquire_or_renew()
+    a.source.fetch()
+    assert a.apply(rev1).results[APP].outcome is Outcome.SUCCESS
+    clock.sleep(30)
+    repo.write("apps/counter.yaml", spec_text.replace("    parallelism: 2\n", "    parallelism: 2\n    state: suspended\n"))
+    suspended = repo.commit("suspend")
+    a.source.fetch()
+    res = a.apply(suspended).results[APP]
+    assert (res.action, res.outcome) == (Action.SUSPEND, Outcome.SUCCESS), res.message
+    suspend_sp = res.savepoints[0]
+    assert a.runtime is not None and a.runtime.observe(APP).phase.value == "absent"
+
+    def new_replica(identity: str, previous: LeaseElector) -> Reconciler:
+        replicas["alive"][previous.identity] = False
+        rec, el, _ = replicas["replica"](identity)
+        el.try_acquire_or_renew()
+        clock.advance(16)
+        assert el.try_acquire_or_renew()
+        rec.source.fetch()
+        return rec
+
+    b = new_replica("pod-b", el_a)  # a new pod: empty state dir, the suspend savepoint only in the cluster
+    repo.write("apps/counter.yaml", spec_text)
+    resumed = repo.commit("resume")
+    b.source.fetch()
+    res = b.apply(resumed).results[APP]
+    assert (res.action, res.outcome, res.restored_from) == (Action.RESUME, Outcome.SUCCESS, suspend_sp), res.message
+    assert w.flink.starts[-1][1] == suspend_sp
+    clock.sleep(30)
+
+    b.policy = dataclasses.replace(b.policy, prune=True, allow_mass_delete=True)  # its only app: not a mistake
+    repo.remove("apps/counter.yaml")
+    deleted = repo.commit("delete counter")
+    b.source.fetch()
+    res = b.apply(deleted).results[APP]
+    assert (res.action, res.outcome) == (Action.DELETE, Outcome.SUCCESS), res.message
+    final_sp = res.savepoints[0]
+    assert w.cluster.kube.get("ConfigMap", w.cluster.namespace, record_name(APP)) is not None  # outlives it
+
+    c = new_replica("pod-c", replicas["electors"]["pod-b"])
+    repo.write("apps/counter.yaml", spec_text)
+    recreated = repo.commit("re-create counter")
+    c.source.fetch()
+    res = c.apply(recreated).results[APP]
+    assert (res.action, res.outcome, res.restored_from) == (Action.CREATE, Outcome.SUCCESS, final_sp), res.message
+    assert w.flink.starts[-1][1] == final_sp
