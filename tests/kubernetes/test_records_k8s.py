@@ -323,7 +323,8 @@ def test_suspend_then_resume_and_delete_then_recreate_on_a_new_replica_restore_t
     a.source.fetch()
     assert a.apply(rev1).results[APP].outcome is Outcome.SUCCESS
     clock.sleep(30)
-    repo.write("apps/counter.yaml", spec_text.replace("    parallelism: 2\n", "    parallelism: 2\n    state: suspended\n"))
+    suspend = spec_text.replace("    parallelism: 2\n", "    parallelism: 2\n    state: suspended\n")
+    repo.write("apps/counter.yaml", suspend)
     suspended = repo.commit("suspend")
     a.source.fetch()
     res = a.apply(suspended).results[APP]
@@ -333,6 +334,7 @@ def test_suspend_then_resume_and_delete_then_recreate_on_a_new_replica_restore_t
 
     def new_replica(identity: str, previous: LeaseElector) -> Reconciler:
         replicas["alive"][previous.identity] = False
+        rec: Reconciler
         rec, el, _ = replicas["replica"](identity)
         el.try_acquire_or_renew()
         clock.advance(16)
