@@ -397,11 +397,14 @@ def _create(ctx: _Ctx) -> AppPlan:
     if initial:
         return ctx.app_plan(Action.CREATE, f"new app, from initialSavepointPath {initial}",
                             steps=tuple(_start_steps(ctx, Restore(kind=RestoreKind.PATH, path=initial), ctx.job_id)))
-    if live.cluster is ClusterPhase.STARTING:
+    # A cluster nobody recorded that cannot be read may hold a job with state. (One our own records
+    # know, e.g. of a create that failed, is ours to reconfigure: EnsureCluster below does.)
+    unknown_cluster = ctx.inp.records.get(ctx.name) is None
+    if unknown_cluster and live.cluster is ClusterPhase.STARTING:
         return ctx.app_plan(Action.NOOP, f"no record of this app, and its existing cluster is still starting "
                                          f"({live.cluster_message or 'no detail'}): its jobs and checkpoints cannot "
                                          "be read yet, so nothing is started until they can")
-    if live.cluster is ClusterPhase.FAILED:
+    if unknown_cluster and live.cluster is ClusterPhase.FAILED:
         return ctx.app_plan(Action.BLOCKED, f"no record of this app, and its existing cluster is failing "
                                             f"({live.cluster_message or 'no detail'}): its jobs and checkpoints "
                                             "cannot be read, so the state to adopt is unknown. To proceed: fix or "
