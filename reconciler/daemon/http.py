@@ -31,6 +31,7 @@ from reconciler import __version__
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.webhooks import WebhookEvent, WebhookSecrets, verify_webhook
 from reconciler.errors import ConfigError, WebhookRejectedError
+from reconciler.logs import redact
 
 log = logging.getLogger(__name__)
 
@@ -351,7 +352,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --- plumbing ---------------------------------------------------------------------------------
     def _text(self, status: HTTPStatus, text: str, **headers: str) -> None:
-        self._send(status, text.encode("utf-8"), "text/plain; charset=utf-8", **headers)
+        """Every text answer (readiness reasons, the status page, webhook refusals) passes `redact`:
+        whatever a callback put in, no credential leaves through HTTP."""
+        self._send(status, redact(text).encode("utf-8"), "text/plain; charset=utf-8", **headers)
 
     def _send(self, status: HTTPStatus, body: bytes, content_type: str, **headers: str) -> None:
         """Write the answer; a client that is gone by now costs one INFO line, not a traceback."""
