@@ -232,6 +232,35 @@ def pod_problem(pod: Obj) -> tuple[bool, str] | None:
     return None
 
 
+def rewind_warning(root: Obj | None, jobmanager: Obj | None, pods: list[Obj]) -> str | None:
+    """After the fact: a stateful app deployed without HA (before HA was required) whose JobManager
+    container restarted ran its job again from the arguments' --fromSavepoint (or empty), not from its
+    latest checkpoint. Container restarts only: a pod replaced by a drain starts at restartCount 0."""
+    try:
+        spec = json.loads(((root or {}).get("data") or {}).get("flinkapp.json") or "{}").get("spec") or {}
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(spec, dict) or (spec.get("highAvailability") or {}).get("enabled") \
+            or (spec.get("job") or {}).get("upgradeMode") == "stateless" or jobmanager is None:
+        return None
+    restarts = 0
+    for pod in pods:
+        if _label(pod, r.LABEL_COMPONENT) != "jobmanager" or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            if cs.get("name") == r.MAIN_CONTAINER:
+                restarts += int(cs.get("restartCount") or 0)
+    if not restarts:
+        return None
+    containers = ((jobmanager.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or [{}]
+    args = list(containers[0].get("args") or [])
+    origin = f"savepoint {args[args.index('--fromSavepoint') + 1]}" if "--fromSavepoint" in args[:-1] \
+        else "empty state"
+    return (f"the JobManager restarted {restarts} time(s) without highAvailability: each restart ran the job "
+            f"again from {origin}, not from its latest checkpoint, so its state may have rewound. Enable "
+            "spec.highAvailability (required for stateful apps on Kubernetes)")
+
+
 def subset_diff(want: Any, have: Any, path: str = "") -> list[str]:
     """Where `have` differs from `want`, ignoring fields `want` does not set (server defaults, status)."""
     if isinstance(want, dict):
@@ -381,7 +410,8 @@ class KubernetesRuntime:
         if v.jobmanager is None:
             return ClusterInfo(app=app, phase=ClusterPhase.STARTING, rest_url=rest, spec_hash=spec_hash,
                                message="TaskManagers ready; the JobManager is deployed with the job")
-        return ClusterInfo(app=app, phase=ClusterPhase.READY, rest_url=rest, spec_hash=spec_hash)
+        return ClusterInfo(app=app, phase=ClusterPhase.READY, rest_url=rest, spec_hash=spec_hash,
+                           message=rewind_warning(v.root, v.jobmanager, v.pods))
 
     def _pod_issues(self, v: _AppView, events: list[Obj] | None) -> list[tuple[bool, str]]:
         out: list[tuple[bool, str]] = []
@@ -799,6 +829,7 @@ __all__ = [
     "KubernetesUnavailableError",
     "LeaseElector",
     "pod_problem",
+    "rewind_warning",
     "subset_diff",
     "workload_ready",
 ]

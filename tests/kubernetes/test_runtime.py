@@ -18,7 +18,13 @@ import pytest
 from reconciler.core.observed import ClusterPhase
 from reconciler.errors import DeadlineExceededError, PermanentStepError
 from reconciler.live import k8s_render as r
-from reconciler.live.kubernetes import ApplyConflictError, KubernetesRuntime, pod_problem, workload_ready
+from reconciler.live.kubernetes import (
+    ApplyConflictError,
+    KubernetesRuntime,
+    pod_problem,
+    rewind_warning,
+    workload_ready,
+)
 from reconciler.spec.model import FlinkApp
 from tests.kubernetes.apps import app
 from tests.kubernetes.conftest import Cluster
@@ -446,3 +452,56 @@ def test_delete_cluster_removes_flinks_ha_data_of_the_app(cluster: Cluster, stan
     left = _configmaps(cluster)
     assert "counter-cluster-config-map" not in left and "counter-root" not in left
     assert "other-cluster-config-map" in left
+
+
+# ---- a rewind after the fact (apps deployed without HA before it was required) ------------------
+
+def _legacy_root(upgrade_mode: str = "savepoint", ha: bool = False) -> dict[str, Any]:
+    spec = {"highAvailability": {"enabled": ha, "storageDir": "s3://b/ha" if ha else None},
+            "job": {"upgradeMode": upgrade_mode}}
+    return {"data": {"flinkapp.json": json.dumps({"spec": spec})}}
+
+
+def _jm(args: list[str]) -> dict[str, Any]:
+    return {"spec": {"template": {"spec": {"containers": [{"name": r.MAIN_CONTAINER, "args": args}]}}}}
+
+
+def _pod(component: str, restarts: int) -> dict[str, Any]:
+    return {"metadata": {"labels": {r.LABEL_COMPONENT: component}},
+            "status": {"containerStatuses": [{"name": r.MAIN_CONTAINER, "restartCount": restarts}]}}
+
+
+def test_rewind_warning_names_the_restarts_and_what_the_job_restarted_from() -> None:
+    jm = _jm(["standalone-job", "--job-id", "a" * 32, "--fromSavepoint", "s3://b/sp-7"])
+    msg = rewind_warning(_legacy_root(), jm, [_pod("jobmanager", 2), _pod("taskmanager", 5)])
+    assert msg is not None and msg.startswith("the JobManager restarted 2 time(s) without highAvailability: ")
+    assert "from savepoint s3://b/sp-7, not from its latest checkpoint" in msg
+    empty = rewind_warning(_legacy_root("last-state"), _jm(["standalone-job"]), [_pod("jobmanager", 1)])
+    assert empty is not None and "from empty state" in empty
+    assert rewind_warning(_legacy_root(), jm, [_pod("jobmanager", 0), _pod("taskmanager", 3)]) is None
+    assert rewind_warning(_legacy_root(ha=True), jm, [_pod("jobmanager", 2)]) is None  # HA restores the checkpoint
+    assert rewind_warning(_legacy_root("stateless"), jm, [_pod("jobmanager", 2)]) is None
+    assert rewind_warning({"data": {"flinkapp.json": "{broken"}}, jm, [_pod("jobmanager", 2)]) is None
+
+
+def test_observe_reports_a_rewind_of_an_app_deployed_without_ha(cluster: Cluster, standin_only: Any) -> None:
+    """A savepoint-mode app from before HA was required (its root says so), whose JobManager restarted."""
+    rt = runtime(cluster)
+    old = mk(cluster, job={"upgradeMode": "stateless"}, highAvailability={"enabled": False, "storageDir": None})
+    rt.apply(rt.render(old, job_id="a" * 32, restore_path="s3://b/sp-7"))
+    root = cluster.kube.get("ConfigMap", cluster.namespace, "counter-root")
+    assert root is not None
+    spec = json.loads(root["data"]["flinkapp.json"])
+    spec["spec"]["job"]["upgradeMode"] = "savepoint"
+    cluster.patch("ConfigMap", "counter-root", {"data": {"flinkapp.json": json.dumps(spec)}}, manager="before")
+    assert rt.observe("counter").message is None  # no restart yet
+    jm = cluster.kube.get("Deployment", cluster.namespace, "counter-jobmanager")
+    assert jm is not None
+    _jobmanager_pod(cluster, "counter-jobmanager-1", jm)
+    cluster.patch("Pod", "counter-jobmanager-1", {"status": {"phase": "Running", "containerStatuses": [{
+        "name": r.MAIN_CONTAINER, "ready": True, "restartCount": 1, "image": "flink:2.3",
+        "state": {"running": {}}}]}}, manager="kubelet", status=True)
+    info = rt.observe("counter")
+    assert info.phase is ClusterPhase.READY
+    assert info.message is not None and "restarted 1 time(s) without highAvailability" in info.message
+    assert "savepoint s3://b/sp-7" in info.message
