@@ -259,6 +259,11 @@ def load_file(path: str, data: bytes | Unreadable) -> tuple[list[LoadedApp], lis
     for i, doc in enumerate(docs):
         if doc is None:
             continue  # an empty document (e.g. a trailing ---)
+        try:
+            _check_nodes(doc)
+        except SpecLimitError as e:
+            errors.append(SpecLimitError(e.message, file=path, app=_doc_name(doc)))
+            continue
         header = _header_error(doc)
         if header:
             locator = locator or _Locator(text)
@@ -267,10 +272,7 @@ def load_file(path: str, data: bytes | Unreadable) -> tuple[list[LoadedApp], lis
                                     app=_doc_name(doc)))
             continue
         try:
-            _check_nodes(doc)
             apps.append(LoadedApp(FlinkApp.model_validate(doc), path, i, _doc_start(text, i)))
-        except SpecLimitError as e:
-            errors.append(SpecLimitError(e.message, file=path, app=_doc_name(doc)))
         except RecursionError:
             errors.append(SpecLimitError(f"nested more than {MAX_DEPTH} levels deep", file=path))
         except ValidationError as e:
@@ -417,7 +419,7 @@ class _Locator:
         if self._docs is None:
             try:
                 self._docs = list(YAML(typ="rt").load_all(self._text))
-            except MarkedYAMLError:
+            except (MarkedYAMLError, RecursionError, ValueError):  # no location then, still the error
                 self._docs = []
         return self._docs
 
