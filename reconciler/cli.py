@@ -20,6 +20,7 @@ from reconciler.core.plan import Plan
 from reconciler.core.planner import Policy, offline_input, plan
 from reconciler.errors import ConfigError, ReconcilerError, SourceError, SpecError
 from reconciler.spec.load import LoadResult, load_dir
+from reconciler.spec.policy import SpecPolicy
 
 if TYPE_CHECKING:
     from reconciler.apply.executor import StepEvent
@@ -194,6 +195,15 @@ def _env_bool(name: str) -> bool:
     return os.environ.get(f"FLINK_RECONCILER_{name}", "").lower() in ("1", "true", "yes", "on")
 
 
+def _spec_policy() -> SpecPolicy:
+    """FLINK_RECONCILER_SPEC_POLICY, so validate and plan judge specs as the daemon does."""
+    raw = os.environ.get("FLINK_RECONCILER_SPEC_POLICY") or SpecPolicy.RESTRICTED.value
+    try:
+        return SpecPolicy(raw)
+    except ValueError:
+        raise ConfigError(f"FLINK_RECONCILER_SPEC_POLICY must be restricted or permissive, got {raw!r}") from None
+
+
 # ---------------------------------------------------------------------------------------------- validate
 
 
@@ -205,7 +215,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if not root.exists():
             print(f"error: {raw}: no such file or directory", file=sys.stderr)
             return EXIT_ERROR
-        result = load_dir(root.parent, root.name) if root.is_file() else load_dir(root)
+        policy = _spec_policy()
+        result = load_dir(root.parent, root.name, policy=policy) if root.is_file() else load_dir(root, policy=policy)
         prefix = root.parent if root.is_file() else root
         runtime_errors = _runtime_errors(result, args.runtime)
         total_apps += len(result.apps) - len({e.app for e in runtime_errors})
@@ -263,8 +274,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     src.fetch()
     head = src.resolve(args.head)
     base = src.resolve(args.base) if args.base else _parent_or_none(src, head)
-    head_specs = load_at(src, head, args.path)
-    base_specs = load_at(src, base, args.path) if base else LoadResult()
+    head_specs = load_at(src, head, args.path, policy=_spec_policy())
+    base_specs = load_at(src, base, args.path, policy=SpecPolicy.PERMISSIVE) if base else LoadResult()
     policy = Policy(prune=args.prune, allow_mass_delete=args.allow_mass_delete)
     result = plan(offline_input(base_specs, head_specs, base_revision=base or "0" * 40, revision=head,
                                 now=SystemClock().now(), policy=policy))

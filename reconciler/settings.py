@@ -75,6 +75,11 @@ class Settings(BaseSettings):
     drift_interval: Duration = Field(60.0, description="Seconds between full passes over every app (drift).")
     max_parallel: int = Field(4, ge=1, description="Apps reconciled at the same time.")
     prune: bool = Field(False, description="Delete apps whose spec was removed from Git.")
+    spec_policy: Literal["restricted", "permissive"] = Field(
+        "restricted", description="What a spec may ask of the cluster and of this host: `restricted` refuses "
+        "host namespaces, privileged containers, hostPath, host ports, jars from loopback, link-local or "
+        "cloud-metadata addresses (docs/security.md); `permissive` allows them.",
+    )
     mass_delete_threshold: float = Field(
         0.5, gt=0, le=1, description="Refuse to prune when more than this fraction of apps vanished at once."
     )

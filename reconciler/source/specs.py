@@ -7,6 +7,7 @@ from typing import TypeVar
 
 from reconciler.source.git import GitSource
 from reconciler.spec.load import SPEC_SUFFIXES, LoadResult, load_files
+from reconciler.spec.policy import SpecPolicy
 
 T = TypeVar("T")
 
@@ -16,5 +17,5 @@ def spec_paths(files: Mapping[str, T]) -> dict[str, T]:
     return {p: d for p, d in files.items() if not any(part.startswith(".") for part in p.split("/"))}
 
 
-def load_at(source: GitSource, rev: str, subdir: str = "") -> LoadResult:
-    return load_files(spec_paths(source.read_tree(rev, subdir, SPEC_SUFFIXES)))
+def load_at(source: GitSource, rev: str, subdir: str = "", *, policy: SpecPolicy = SpecPolicy.RESTRICTED) -> LoadResult:
+    return load_files(spec_paths(source.read_tree(rev, subdir, SPEC_SUFFIXES)), policy=policy)

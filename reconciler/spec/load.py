@@ -33,6 +33,7 @@ from ruamel.yaml.error import MarkedYAMLError
 
 from reconciler.errors import SpecError, SpecLimitError
 from reconciler.spec.model import API_VERSION, KIND, FlinkApp, valid_name
+from reconciler.spec.policy import SpecPolicy, violations
 
 MAX_FILE_BYTES = 1 << 20  # a spec is a few KiB; anything near this is a mistake or an attack
 MAX_DOCUMENTS = 1000
@@ -120,6 +121,7 @@ class LoadResult:
     files: frozenset[str] = frozenset()  # every spec file seen
     broken_files: frozenset[str] = frozenset()  # files with at least one error
     by_file: Mapping[str, FileResult] = field(default_factory=dict, repr=False)
+    policy: SpecPolicy = SpecPolicy.RESTRICTED  # what a spec may ask of the cluster (spec/policy.py)
 
     @property
     def ok(self) -> bool:
@@ -135,17 +137,24 @@ class LoadResult:
             if data is None:
                 per_file.pop(path, None)
             else:
-                per_file[path] = _file_result(path, data)
-        return _combine(per_file)
+                per_file[path] = _file_result(path, data, self.policy)
+        return _combine(per_file, self.policy)
 
 
-def load_files(files: Mapping[str, bytes | Unreadable]) -> LoadResult:
+def load_files(files: Mapping[str, bytes | Unreadable], *, policy: SpecPolicy = SpecPolicy.RESTRICTED) -> LoadResult:
     """Load every document of every file; collect errors instead of stopping at the first."""
-    return _combine({path: _file_result(path, data) for path, data in files.items()})
+    return _combine({path: _file_result(path, data, policy) for path, data in files.items()}, policy)
 
 
-def _file_result(path: str, data: bytes | Unreadable) -> FileResult:
-    apps, errors = load_file(path, data)
+def _file_result(path: str, data: bytes | Unreadable, policy: SpecPolicy) -> FileResult:
+    loaded, errors = load_file(path, data)
+    apps = []
+    for la in loaded:
+        refused = violations(la.app, policy)
+        if not refused:
+            apps.append(la)
+        for field_path, message in refused:
+            errors.append(SpecError(message, file=path, line=la.line, field=field_path, app=la.app.name))
     return FileResult(tuple(apps), tuple(_attributed(e, path) for e in errors))
 
 
@@ -155,7 +164,7 @@ def _attributed(e: SpecError, path: str) -> SpecError:
     return type(e)(e.message, file=e.file or path, line=e.line, column=e.column, field=e.field, app=file_key(path))
 
 
-def _combine(per_file: Mapping[str, FileResult]) -> LoadResult:
+def _combine(per_file: Mapping[str, FileResult], policy: SpecPolicy) -> LoadResult:
     errors: list[SpecError] = []
     seen: dict[str, list[LoadedApp]] = {}
     for path in sorted(per_file):
@@ -178,12 +187,13 @@ def _combine(per_file: Mapping[str, FileResult]) -> LoadResult:
         files=frozenset(per_file),
         broken_files=frozenset(e.file for e in errors),
         by_file=per_file,
+        policy=policy,
     )
 
 
-def load_dir(root: Path, subdir: str = "") -> LoadResult:
+def load_dir(root: Path, subdir: str = "", *, policy: SpecPolicy = SpecPolicy.RESTRICTED) -> LoadResult:
     """Load the specs under a directory tree (hidden files and folders are skipped)."""
-    return load_files(read_dir(root, subdir))
+    return load_files(read_dir(root, subdir), policy=policy)
 
 
 def read_dir(root: Path, subdir: str = "") -> dict[str, bytes | Unreadable]:

@@ -8,6 +8,7 @@ import pytest
 
 from reconciler.errors import SpecLimitError
 from reconciler.spec.load import MAX_FILE_BYTES, Unreadable, load_dir, load_files
+from reconciler.spec.policy import SpecPolicy
 
 GOOD = """\
 apiVersion: flink-reconciler.io/v1alpha1
@@ -197,3 +198,59 @@ def test_valid_flink_keys_still_load() -> None:
     text = GOOD.format(name="x") + ("  flinkConfiguration:\n    state.backend.type: rocksdb\n"
                                     "    containerized.master.env.JAVA_HOME: /opt/java\n    s3.access-key: k\n")
     assert load_files({"x.yaml": text.encode()}).errors == ()
+
+
+POLICY_REFUSED = {
+    "hostNetwork": ("podTemplate: {spec: {hostNetwork: true}}", "spec.podTemplate.spec.hostNetwork"),
+    "privileged": ("podTemplate: {spec: {containers: [{name: c, securityContext: {privileged: true}}]}}",
+                   "spec.podTemplate.spec.containers[0].securityContext.privileged"),
+    "capabilities": ("podTemplate: {spec: {initContainers: [{name: i, securityContext: {capabilities: "
+                     "{add: [SYS_ADMIN]}}}]}}",
+                     "spec.podTemplate.spec.initContainers[0].securityContext.capabilities.add"),
+    "hostPath": ("podTemplate: {spec: {volumes: [{name: v, hostPath: {path: /}}]}}",
+                 "spec.podTemplate.spec.volumes[0].hostPath"),
+    "hostPort": ("podTemplate: {spec: {containers: [{name: c, ports: [{containerPort: 1, hostPort: 80}]}]}}",
+                 "spec.podTemplate.spec.containers[0].ports[0].hostPort"),
+    "other namespace": ("podTemplate: {metadata: {namespace: kube-system}}", "spec.podTemplate.metadata.namespace"),
+    "service account form": ("podTemplate: {spec: {serviceAccountName: 'system:serviceaccount:kube-system:admin'}}",
+                             "spec.podTemplate.spec.serviceAccountName"),
+    "metadata jar": ("job: {jarURI: 'http://169.254.169.254/latest/meta-data/iam/x.jar'}", "spec.job.jarURI"),
+    "metadata jar by name": ("job: {jarURI: 'http://metadata.google.internal/x.jar'}", "spec.job.jarURI"),
+    "loopback jar as a number": ("job: {jarURI: 'http://2130706433:8080/x.jar'}", "spec.job.jarURI"),
+    "system file jar": ("job: {jarURI: 'file:///etc/shadow'}", "spec.job.jarURI"),
+    "system path jar": ("job: {jarURI: '//proc/self/environ'}", "spec.job.jarURI"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(POLICY_REFUSED))
+def test_the_restricted_policy_refuses_what_steps_out_of_the_app(case: str) -> None:
+    extra, field = POLICY_REFUSED[case]
+    text = GOOD.format(name="x")
+    if extra.startswith("job:"):
+        text = text.replace("  job:\n    jarURI: jobs/counter.jar\n", f"  {extra}\n")
+    else:
+        text += f"  {extra}\n"
+    files = {"apps/x.yaml": text.encode(), "apps/y.yaml": GOOD.format(name="y").encode()}
+    result = load_files(files)
+    assert set(result.apps) == {"y"}
+    (err,) = result.errors
+    assert (err.file, err.field, err.app) == ("apps/x.yaml", field, "x")
+    assert "spec policy is restricted" in err.message
+    assert result.update({"apps/y.yaml": GOOD.format(name="y").encode()}).errors == result.errors  # kept
+    permissive = load_files(files, policy=SpecPolicy.PERMISSIVE)
+    assert permissive.errors == () and set(permissive.apps) == {"x", "y"}
+    assert permissive.update({"apps/x.yaml": text.encode()}).errors == ()
+
+
+def test_the_restricted_policy_lets_ordinary_specs_through() -> None:
+    text = GOOD.format(name="x") + (
+        "  runtime: {serviceAccount: flink}\n"
+        "  podTemplate:\n    metadata: {namespace: default, labels: {a: b}}\n"
+        "    spec:\n      serviceAccountName: flink\n      securityContext: {runAsUser: 9999, fsGroup: 9999}\n"
+        "      containers: [{name: flink-main-container, securityContext: {allowPrivilegeEscalation: false,"
+        " capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}}, ports: [{containerPort: 9249}]}]\n"
+        "      volumes: [{name: scratch, emptyDir: {}}]\n")
+    for uri in ("https://artifacts.example.com/x.jar", "http://10.0.0.7/x.jar", "local:///opt/flink/x.jar",
+                "/tmp/build/x.jar", "file:///srv/jars/x.jar", "jobs/x.jar"):
+        doc = text.replace("jarURI: jobs/counter.jar", f"jarURI: {uri}")
+        assert load_files({"x.yaml": doc.encode()}).errors == (), uri

@@ -164,3 +164,22 @@ def test_a_new_file_with_broken_yaml_is_an_error_in_the_plan(repo: Repo, tmp_pat
     assert set(errors) == {"apps/new.yaml", "apps/new\\nline.yaml"}
     assert "control character" in errors["apps/new\\nline.yaml"]
     assert {a.app for a in plan.apps if a.action is not Action.ERROR} == set(NAMES)
+
+
+def test_validate_and_plan_follow_the_spec_policy(repo: Repo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    repo.write("apps/host.yaml", APP.format(name="host").replace(
+        "spec: {job:", "spec: {podTemplate: {spec: {hostNetwork: true}}, job:"))
+    repo.commit("an app on the host network")
+    args = ["plan", "--repo", str(repo.origin), "--base", "A", "--cache-dir", str(tmp_path / "cache")]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "x host: error" in out and "spec.podTemplate.spec.hostNetwork" in out and "restricted" in out
+    assert main(["validate", str(repo.work / "apps")]) == 1
+    assert "hostNetwork shares the node's namespace" in capsys.readouterr().err
+    monkeypatch.setenv("FLINK_RECONCILER_SPEC_POLICY", "permissive")
+    assert main(args) == 0 and "+ host: create" in capsys.readouterr().out
+    assert main(["validate", str(repo.work / "apps")]) == 0
+    monkeypatch.setenv("FLINK_RECONCILER_SPEC_POLICY", "lax")
+    assert main(["validate", str(repo.work / "apps")]) == 1
+    assert "must be restricted or permissive" in capsys.readouterr().err
