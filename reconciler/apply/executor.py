@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -79,6 +80,7 @@ TERMINAL_STATES: Final = frozenset({"FINISHED", "CANCELED", "FAILED"})
 CHECKPOINT_INTERVAL_KEY: Final = "execution.checkpointing.interval"
 _ZERO_DURATION = re.compile(r"^\s*0+(\.0+)?\s*[a-z]*\s*$", re.IGNORECASE)
 _MAX_CAUSE = 2000
+_CLOCK_SKEW = timedelta(minutes=1)  # between our clock and the JobManager's, when comparing their times
 
 
 class EventPhase(StrEnum):
@@ -170,8 +172,9 @@ class Executor:
     def run(self, plan: Plan) -> dict[str, AppResult]:
         """Execute every app of the plan that has something to do, concurrently and independently.
 
-        Apps with an unfinished execution in the journal must be resumed first (`resume_all`):
-        their new plan was computed against a half-done state, so they are refused (FAILURE)."""
+        Apps with an unfinished execution in the journal must be resumed first (`resume_all`): their new
+        plan was computed against a half-done state, so they are refused (FAILURE, nothing touched); one that
+        `resume_all` parked (a stop whose outcome is unknown) is refused so until its transition ends."""
         todo = [a for a in plan.apps if a.action is not Action.NOOP]
         return self._parallel(todo, lambda a: a.app, lambda a: self._guarded(a.app, a.action,
                                                                             lambda: self.run_app(plan.revision, a)))
@@ -179,6 +182,11 @@ class Executor:
     def run_app(self, revision: str, app_plan: AppPlan) -> AppResult:
         if app_plan.action in (Action.BLOCKED, Action.ERROR, Action.NOOP):
             return self._not_executed(revision, app_plan)
+        pending = self.journal.inflight(app_plan.app)
+        if pending is not None:
+            return AppResult(app=app_plan.app, action=app_plan.action, outcome=Outcome.FAILURE, failed_step=None,
+                             message=f"not started: an unfinished execution of revision {pending.revision[:12]} "
+                                     f"({pending.plan.action.value}) is still in flight; it is resumed first")
         self.journal.begin(app_plan.app, revision, app_plan)
         return self._drive(app_plan.app)
 
@@ -256,6 +264,8 @@ class Executor:
                 self._run_stage(run, Stage.FORWARD, plan.steps, self._next_index(inf))
             except _StageFailedError as f:
                 no_rollback = plan.rollback_after is None or f.index <= plan.rollback_after or not plan.rollback
+                if isinstance(f.step, StopWithSavepoint) and self._stop_outcome_unknown(run, f.step):
+                    return self._park(run, f)
                 if no_rollback:
                     return self._finish(run, Outcome.FAILURE, failed_step=describe_step(f.step),
                                         message=f"{describe_step(f.step)} failed: {f.cause}", job_id=KEEP)
@@ -264,6 +274,40 @@ class Executor:
             else:
                 return self._succeed(run)
         return self._roll_back(run, inf)
+
+    def _stop_outcome_unknown(self, run: _Run, step: StopWithSavepoint) -> bool:
+        """Whether a failed stop-with-savepoint may still have stopped the job: its trigger was journaled (so
+        the request may have reached Flink) and one last look cannot settle it. Settled means Flink answered
+        that the savepoint failed, or does not know our trigger while the job still runs (it never got it)."""
+        trigger = self._inflight(run.app).trigger_id
+        if trigger is None:
+            return False
+        try:
+            flink = self.runtime.flink(run.app)
+            try:
+                status = flink.savepoint_status(step.job_id, trigger)
+            except TriggerNotFoundError:
+                state = self._job_state(flink, step.job_id)
+                if state is None or state in TERMINAL_STATES | {"CANCELLING"}:
+                    return True
+            else:
+                if not (status.done and status.failure):
+                    return True
+        except ReconcilerError:
+            return True
+        self.journal.set_scratch(run.app, trigger_id=None)
+        return False
+
+    def _park(self, run: _Run, f: _StageFailedError) -> AppResult:
+        """A stop-with-savepoint whose outcome is unknown (the request may have reached Flink, and no answer
+        said it failed) is not finished: the old job may have stopped with a savepoint we have not seen. It
+        stays in flight, and the next pass polls the same trigger again (and finishes the upgrade, or fails it
+        once Flink says the savepoint failed): never "failed" with the app down and its savepoint unrecorded."""
+        message = (f"{describe_step(f.step)}: no answer from Flink before the deadline ({f.cause}); the job may "
+                   "have stopped with a savepoint, so the transition stays in flight and resumes on the next pass")
+        self.journal.note(run.app, "parked", message, revision=run.revision, outcome=Outcome.FAILURE)
+        return AppResult(app=run.app, action=run.plan.action, outcome=Outcome.FAILURE,
+                         failed_step=describe_step(f.step), message=message, step_timings=tuple(run.timings))
 
     @staticmethod
     def _next_index(inf: InFlight) -> int:
@@ -472,6 +516,13 @@ class Executor:
             except TriggerNotFoundError:
                 # Journaled, but Flink never got the request (or a restarted JobManager forgot it).
                 state = self._job_state(flink, step.job_id)
+                if state == "FINISHED":
+                    # Flink forgot the operation but the job ended: its checkpoint statistics name the
+                    # savepoint it stopped with (taken after this execution began).
+                    found = self._stopped_with(flink, step.job_id, since=inf.started_at)
+                    if found is not None:
+                        self.journal.add_savepoint(run.app, found, job_id=step.job_id, revision=run.revision)
+                        return {"captured_path": found, "captured_kind": "savepoint"}
                 if state is None or state in TERMINAL_STATES:
                     raise PermanentStepError(
                         f"job {step.job_id} is {state or 'gone'} and Flink does not know savepoint {trigger}: "
@@ -483,16 +534,25 @@ class Executor:
                 if status.failure:
                     # "Not all required tasks are currently running" (too early after a start) comes
                     # back inside a COMPLETED operation: only its text tells "not yet" from "never".
+                    # Flink said how it ended: the trigger is settled (a resume must not poll it again).
+                    self.journal.set_scratch(run.app, trigger_id=None)
                     if is_transient_text(status.failure):
-                        self.journal.set_scratch(run.app, trigger_id=None)
                         raise TransientStepError(f"savepoint refused for now: {_short(status.failure, 300)}")
                     raise PermanentStepError(f"stop-with-savepoint failed: {_short(status.failure)}")
                 if not status.location:
+                    self.journal.set_scratch(run.app, trigger_id=None)
                     raise PermanentStepError("stop-with-savepoint completed without a savepoint location")
                 self.journal.add_savepoint(run.app, status.location, job_id=step.job_id, revision=run.revision)
                 return {"captured_path": status.location, "captured_kind": "savepoint"}
             # A stopping job processes nothing: this is downtime too, poll as for the start.
             self._wait(deadline, f"savepoint {trigger} of job {step.job_id}", interval=self.poll_interval / 4)
+
+    def _stopped_with(self, flink: FlinkApi, job_id: str, *, since: datetime) -> str | None:
+        stats = flink.checkpoints(job_id)
+        at = stats.latest_savepoint_at
+        if stats.latest_savepoint_path and at is not None and at >= since - _CLOCK_SKEW:
+            return stats.latest_savepoint_path
+        return None
 
     def _recorded(self, app: str, path: str, job_id: str) -> bool:
         rec = self.journal.record(app)

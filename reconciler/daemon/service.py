@@ -264,10 +264,13 @@ class Reconciler:
             for ap in the_plan.apps:
                 if ap.source_file:
                     self.journal.set_source_file(ap.app, ap.source_file)
-            self._report_plan(the_plan, incremental=only is not None)
+            # An app resumed in this pass has reported its outcome; a plan made before its transition
+            # ended is refused by the executor and would only bury that report.
+            self._report_plan(the_plan, incremental=only is not None, skip=set(resumed))
             results = executor.run(the_plan)
             for res in results.values():
-                self._report_result(the_plan.revision, res)
+                if res.app not in resumed:
+                    self._report_result(the_plan.revision, res)
             self._after_run(the_plan, results)
             return PassResult(the_plan.revision, the_plan, results, resumed)
 
@@ -340,8 +343,10 @@ class Reconciler:
             status = dataclasses.replace(status, description=f"{description} ({status.lineage_text()})")
         self.reporter.report(status)
 
-    def _report_plan(self, the_plan: Plan, *, incremental: bool) -> None:
+    def _report_plan(self, the_plan: Plan, *, incremental: bool, skip: Collection[str] = ()) -> None:
         for ap in the_plan.apps:
+            if ap.app in skip:
+                continue
             if ap.action is Action.ERROR:
                 self._status(the_plan.revision, ap.app, Outcome.ERROR, ap.reason)
             elif ap.action is Action.BLOCKED:

@@ -451,6 +451,7 @@ def test_apps_are_independent(world: World) -> None:
     assert results["good"].outcome is Outcome.SUCCESS
     assert results["bad"].outcome is Outcome.FAILURE and "Typo" in results["bad"].message
     assert results["stuck"].outcome is Outcome.FAILURE and "unfinished execution" in results["stuck"].message
+    assert "resumed first" in results["stuck"].message and "internal error" not in results["stuck"].message
     stuck_inflight = world.journal.inflight("stuck")
     assert stuck_inflight is not None and stuck_inflight.revision == "f" * 40  # kept for a resume
     assert live_jobs(world, "good") == [NEW]
@@ -667,3 +668,37 @@ def test_a_trigger_flink_never_knows_fails_at_the_step_deadline(world: World) ->
     assert result.outcome is Outcome.FAILURE and result.failed_step and "savepoint" in result.failed_step
     step = upgrade(old, new).steps[0]
     assert world.clock.monotonic() - start <= step.deadline_s + 5
+
+
+def test_a_stop_whose_status_stays_unreadable_is_parked_in_flight_and_resumed(world: World) -> None:
+    """The stop reached Flink and took effect, but no poll got an answer before the deadline: the app must
+    not be left down with its savepoint unrecorded. The transition stays in flight; a resume finishes it."""
+    old, new = make_app(), make_app(parallelism=2)
+    world.rt.seed_job(old, OLD)
+    world.rt.faults = [Fault("savepoint_status", TransientStepError("503 from a proxy"), nth=n)
+                       for n in range(1, 10_000)]
+    parked = world.ex.run_app(REV, upgrade(old, new))
+    assert parked.outcome is Outcome.FAILURE and "stays in flight" in parked.message, parked.message
+    inf = world.journal.inflight("orders")
+    assert inf is not None and inf.trigger_id is not None and inf.step_index == 0
+    assert world.rt.submits == []  # nothing started while the stop is unsettled
+    again = world.ex.run_app(REV, upgrade(old, new))  # a new plan is refused while the transition is open
+    assert again.outcome is Outcome.FAILURE and "still in flight" in again.message
+
+    world.rt.faults = []
+    resumed = world.ex.resume("orders")
+    assert resumed is not None
+    assert resumed.outcome is Outcome.SUCCESS, resumed.message
+    assert len(world.rt.stop_triggers) == 1  # polled again, never re-triggered
+    assert live_jobs(world) == [NEW] and job(world, NEW).restored_from == world.rt.savepoints_taken[0]
+
+
+def test_a_stop_flink_never_received_is_a_plain_failure_with_the_old_job_running(world: World) -> None:
+    old, new = make_app(), make_app(parallelism=2)
+    world.rt.seed_job(old, OLD)
+    world.rt.faults = [Fault("stop_with_savepoint", TransientStepError("503 from a proxy"), nth=n)
+                       for n in range(1, 10_000)]
+    result = world.ex.run_app(REV, upgrade(old, new))
+    assert result.outcome is Outcome.FAILURE and "stays in flight" not in result.message, result.message
+    assert world.journal.inflight("orders") is None  # settled: Flink does not know the trigger, the job runs
+    assert live_jobs(world) == [OLD]
