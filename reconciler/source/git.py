@@ -243,7 +243,7 @@ class GitSource:
             path = entry[3]
             if prefix and not path.startswith(prefix + "/"):
                 continue  # the prefix directory itself, or a sibling sharing its name as a prefix
-            if suffixes and not path.endswith(tuple(suffixes)):
+            if suffixes and not path.endswith(tuple(suffixes)) and not _may_hold_specs(entry):
                 continue
             entries.append(entry)
         return self._read_entries(entries)
@@ -260,6 +260,18 @@ class GitSource:
                 out = self._run(["ls-tree", "-z", "--full-tree", sha, "--", *chunk], what=f"list paths at {rev}")
                 found.extend(e for e in _ls_tree_entries(out) if e[3] in chunk)
         read = self._read_entries(found)
+        # A file whose directory became a symlink is not deleted: it is behind a link we do not follow.
+        missing = [p for p in wanted if p not in read]
+        parents = sorted({"/".join(p.split("/")[:i]) for p in missing for i in range(1, p.count("/") + 1)})
+        links: set[str] = set()
+        for i in range(0, len(parents), 256):
+            chunk = parents[i : i + 256]
+            out = self._run(["ls-tree", "-z", "--full-tree", sha, "--", *chunk], what=f"list paths at {rev}")
+            links.update(e[3] for e in _ls_tree_entries(out) if e[0] == b"120000" and e[3] in chunk)
+        for p in missing:
+            link = next((d for d in sorted(links) if p.startswith(d + "/")), None)
+            if link:
+                read[p] = Unreadable(f"is under {link!r}, which is a symbolic link; symlinks are not followed")
         return {p: read.get(p) for p in wanted}
 
     def _read_entries(self, entries: Sequence[tuple[bytes, bytes, str, str]]) -> dict[str, bytes | Unreadable]:
@@ -645,6 +657,12 @@ def _ls_tree_entries(listing: bytes) -> list[tuple[bytes, bytes, str, str]]:
             mode, kind, obj = meta.split(b" ")
             out.append((mode, kind, obj.decode(), raw_path.decode("utf-8", "surrogateescape")))
     return out
+
+
+def _may_hold_specs(entry: tuple[bytes, bytes, str, str]) -> bool:
+    """A symlink named like a directory (no dot): it may stand for a folder of specs, so it is reported
+    as unreadable rather than skipped (the specs that were in that folder must not look deleted)."""
+    return entry[0] == b"120000" and "." not in entry[3].rsplit("/", 1)[-1]
 
 
 def _not_a_file(mode: bytes, kind: bytes, path: str) -> str | None:

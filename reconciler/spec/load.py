@@ -214,10 +214,15 @@ def read_dir(root: Path, subdir: str = "") -> dict[str, bytes | Unreadable]:
         here = Path(dirpath)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted([*dirnames, *filenames]):
-            if name.startswith(".") or not name.endswith(SPEC_SUFFIXES):
+            if name.startswith(".") or not (name.endswith(SPEC_SUFFIXES) or _linked_dir(here / name)):
                 continue
             out[(here / name).relative_to(root).as_posix()] = _read_one(here / name)
     return dict(sorted(out.items()))
+
+
+def _linked_dir(path: Path) -> bool:
+    """A symlink named like a directory (no dot): reported, never followed (as the Git source does)."""
+    return "." not in path.name and path.is_symlink()
 
 
 def _read_one(path: Path) -> bytes | Unreadable:

@@ -20,6 +20,7 @@ from reconciler.clock import FakeClock
 from reconciler.core.plan import Action, Plan
 from reconciler.daemon.service import make_reconciler
 from reconciler.settings import load_settings
+from reconciler.spec.load import Unreadable
 from tests.gitutil import Repo, git
 
 APP = """\
@@ -131,11 +132,13 @@ def test_validate_refuses_symlinks_and_empty_files(tmp_path: Path, capsys: pytes
     (apps / "victim.yaml").symlink_to(tmp_path / "v.txt")
     (apps / "keep.yaml").write_text(APP.format(name="keep"))
     (apps / "empty.yml").write_text("# only a comment\n")
-    (apps / "sub").symlink_to(tmp_path, target_is_directory=True)  # never followed
+    (apps / "sub").symlink_to(tmp_path, target_is_directory=True)  # never followed: it may hide specs
+    (apps / "notes.md").symlink_to(tmp_path / "v.txt")  # not a spec, not a folder: ignored
     assert main(["validate", str(apps)]) == 1
     out, err = capsys.readouterr()
     assert "victim.yaml: is a symbolic link" in err and "empty.yml: holds no FlinkApp" in err
-    assert "2 errors: 1 valid app(s) in 3 file(s)" in out
+    assert "sub: is a symbolic link" in err and "notes.md" not in err
+    assert "3 errors: 1 valid app(s) in 4 file(s)" in out
     assert main(["validate", str(apps / "victim.yaml")]) == 1
     assert "is a symbolic link" in capsys.readouterr().err
 
@@ -183,3 +186,31 @@ def test_validate_and_plan_follow_the_spec_policy(repo: Repo, tmp_path: Path, mo
     monkeypatch.setenv("FLINK_RECONCILER_SPEC_POLICY", "lax")
     assert main(["validate", str(repo.work / "apps")]) == 1
     assert "must be restricted or permissive" in capsys.readouterr().err
+
+
+def test_a_folder_of_specs_replaced_by_a_symlink_is_not_a_deletion(tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    r = Repo(tmp_path / "repo")
+    r.write("apps/keep.yaml", APP.format(name="keep"))
+    r.write("apps/team/one.yaml", APP.format(name="one"))
+    r.write("apps/team/two.yaml", APP.format(name="two"))
+    r.write("shared/other.yaml", APP.format(name="other"))
+    a = r.commit("apps")
+    git(r.work, "rm", "-r", "-q", "apps/team")
+    os.symlink("../shared", r.work / "apps/team")
+    r.commit("team is now a link")
+    settings = load_settings({"repo_url": str(r.origin), "state_dir": tmp_path / "state", "dry_run": True,
+                              "prune": True, "status_sink": "none", "path": "apps"})
+    rec = make_reconciler(settings, FakeClock(), report=False)
+    rec.source.fetch()
+    full = rec.source.read_tree("HEAD", "apps")
+    assert full["apps/team"] == Unreadable(
+        "is a symbolic link; symlinks are not followed, a spec must be a regular file")
+    base = rec.load(a)
+    changed = rec.source.changed_paths(a, "HEAD", "apps")
+    update = rec.source.read_paths("HEAD", sorted(changed))
+    assert update["apps/team/one.yaml"] == Unreadable(
+        "is under 'apps/team', which is a symbolic link; symlinks are not followed")
+    incremental = base.update(update)
+    assert {"apps/team/one.yaml", "apps/team/two.yaml"} <= incremental.broken_files
+    assert "one" not in incremental.apps and "keep" in incremental.apps
