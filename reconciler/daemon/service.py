@@ -25,7 +25,7 @@ from reconciler.core.observed import AppRecord, Outcome, Records, SavepointRecor
 from reconciler.core.plan import Action, AppPlan, Plan
 from reconciler.core.planner import PlanInput, Policy, desired_from, plan
 from reconciler.daemon.metrics import Metrics
-from reconciler.errors import ConfigError, PlanStaleError, ReconcilerError
+from reconciler.errors import ConfigError, PlanStaleError, ReconcilerError, SpecError
 from reconciler.live.artifacts import resolve_jar
 from reconciler.live.observe import observe
 from reconciler.live.ports import Runtime
@@ -78,6 +78,7 @@ class Reconciler:
         artifact_cache: Path | None = None,
         leader: Callable[[], bool] | None = None,
         on_shutdown: Callable[[], None] | None = None,
+        runtime_name: str | None = None,
     ) -> None:
         self.source = source
         self.runtime = runtime
@@ -99,6 +100,8 @@ class Reconciler:
         self._on_shutdown = on_shutdown
         self._leading = False  # whether the last sync found us leader (a new term re-reads every record)
         self._recovered: dict[str, tuple[SavepointRecord, ...]] | None = None  # lineage read from git notes
+        self.runtime_name = runtime_name or (runtime.name if runtime is not None else "local")
+        self._problems: dict[tuple[str, str], tuple[SpecError, ...]] = {}
 
     # ------------------------------------------------------------------ ReconcileService
 
@@ -223,9 +226,13 @@ class Reconciler:
         names = set(loaded.apps) | set(previous) | {e.app for e in loaded.errors if e.app}
         if only is not None:
             names &= set(only)
+        desired = desired_from(loaded)
+        refused = self.runtime_problems(loaded)
+        if refused:
+            desired = dataclasses.replace(desired, errors=desired.errors + refused)
         return PlanInput(
             revision=rev,
-            desired=desired_from(loaded),
+            desired=desired,
             previous=previous,
             previous_sources={n: r.source_file for n, r in records.apps.items() if r.source_file},
             live=observe(self.runtime, names),
@@ -237,6 +244,30 @@ class Reconciler:
 
     def plan(self, rev: str, *, only: Collection[str] | None = None) -> Plan:
         return plan(self.plan_input(rev, only=only), only=only)
+
+    def runtime_problems(self, loaded: LoadResult) -> tuple[SpecError, ...]:
+        """What the runtime refuses to run, as errors of those apps (an ERROR action: never destructive),
+        so a spec Kubernetes cannot run safely (state not on durable storage, no HA for a stateful app, a
+        jar in the repository) is refused by the plan instead of failing at its first step. Cached per spec."""
+        if self.runtime_name != "kubernetes":
+            return ()
+        from reconciler.live.k8s_render import kubernetes_problems
+        from reconciler.live.k8s_storage import runs_on_kubernetes
+
+        out: list[SpecError] = []
+        cache: dict[tuple[str, str], tuple[SpecError, ...]] = {}
+        for la in loaded.apps.values():
+            if not runs_on_kubernetes(la.app, self.runtime_name):
+                continue
+            key = (la.file, la.app.spec_hash)
+            found = self._problems.get(key)
+            if found is None:
+                found = tuple(SpecError(p.message, file=la.file, line=la.line, field=p.field, app=la.app.name)
+                              for p in kubernetes_problems(la.app))
+            cache[key] = found
+            out.extend(found)
+        self._problems = cache
+        return tuple(out)
 
     # ------------------------------------------------------------------ applying
 
@@ -529,6 +560,7 @@ def make_reconciler(settings: Settings, clock: Clock, *, metrics: Metrics | None
         runtime=runtime,
         leader=elector.is_leader if elector is not None else None,
         on_shutdown=stop_election,
+        runtime_name=settings.runtime,
         journal=journal,
         clock=clock,
         subdir=settings.path,
