@@ -469,11 +469,11 @@ def cmd_history(args: argparse.Namespace) -> int:
                           "savepoints": [s.model_dump(mode="json") for s in savepoints],
                           "lineage": [_lineage_json(e) for e in lineage]}, indent=2, default=str))
         return EXIT_OK
-    print(f"lineage of {args.app} (per revision: the state its job started from, the savepoints it took):")
+    print(f"lineage of {args.app} (per execution: the savepoints it took, the state its job started from):")
     for e in lineage:
-        started = "-" if e.restored_from is None else (e.restored_from or "empty state")
-        print(f"  {e.at:%Y-%m-%d %H:%M:%S}  {e.revision[:12]:12}  {e.action:9} {e.outcome.value:8} "
-              f"from {started}" + (f"  ->  {', '.join(e.savepoints)}" if e.savepoints else ""))
+        took = f"took {', '.join(e.savepoints)}; " if e.savepoints else ""
+        started = "started no job" if e.restored_from is None else f"started from {e.restored_from or 'empty state'}"
+        print(f"  {e.at:%Y-%m-%d %H:%M:%S}  {e.revision[:12]:12}  {e.action:9} {e.outcome.value:8} {took}{started}")
     print(f"transitions of {args.app}:")
     for t in transitions:
         outcome = t.outcome.value if t.outcome else ""
