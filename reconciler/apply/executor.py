@@ -68,6 +68,7 @@ from reconciler.errors import (
 )
 from reconciler.live.flink import is_transient_text
 from reconciler.live.ports import FlinkApi, Runtime
+from reconciler.live.records import is_record_name
 from reconciler.logs import log_context
 from reconciler.spec.model import FlinkApp
 
@@ -237,6 +238,8 @@ class Executor:
         outcome = Outcome.SUCCESS
         if app_plan.action is not Action.NOOP:
             outcome = Outcome.ERROR if app_plan.action is Action.ERROR else Outcome.FAILURE
+        # An error of a file that names no app (its plan entry is the file's path) has no record to keep.
+        if app_plan.action is not Action.NOOP and is_record_name(app_plan.app):
             self.journal.record_attempt(app_plan.app, revision, outcome, app_plan.reason,
                                         action=app_plan.action.value, source_file=app_plan.source_file)
         return AppResult(app=app_plan.app, action=app_plan.action, outcome=outcome, failed_step=None,

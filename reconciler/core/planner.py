@@ -44,7 +44,7 @@ from reconciler.core.plan import (
     deterministic_job_id,
 )
 from reconciler.errors import SpecError
-from reconciler.spec.load import LoadResult
+from reconciler.spec.load import LoadResult, file_key
 from reconciler.spec.model import ChangeClass, Deadlines, DeletionPolicy, FlinkApp, JobState, UpgradeMode
 
 CHECKPOINT_INTERVAL_KEY = "execution.checkpointing.interval"
@@ -91,7 +91,8 @@ def plan(inp: PlanInput, only: Collection[str] | None = None) -> Plan:
     names = set(inp.desired.apps) | set(inp.previous) | _erroring_apps(inp.desired) | orphans
     deletions = [n for n in set(inp.previous) - set(inp.desired.apps) if not _source_broken(n, inp)]
     deployed = set(inp.previous) | {n for n, a in inp.live.apps.items() if a.cluster is not ClusterPhase.ABSENT}
-    guard = _mass_delete_guard(len(deletions) + len(orphans), len(deployed), inp)
+    guard = (_unreadable_guard(len(deletions) + len(orphans), inp)
+             or _mass_delete_guard(len(deletions) + len(orphans), len(deployed), inp))
     selected = sorted(names if only is None else names & set(only))
     apps = tuple(_plan_orphan(name, inp, guard) if name in orphans else _plan_app(name, inp, guard)
                  for name in selected)
@@ -110,10 +111,23 @@ def _erroring_apps(desired: Desired) -> set[str]:
 
 
 def _source_broken(name: str, inp: PlanInput) -> bool:
+    """The app's file is broken, or lies under a broken path (a folder of specs replaced by a symlink)."""
     src = inp.previous_sources.get(name) or inp.desired.sources.get(name)
-    return (src is not None and src in inp.desired.broken_files) or any(
+    broken = inp.desired.broken_files
+    return (src is not None and (src in broken or any(src.startswith(b.rstrip("/") + "/") for b in broken))) or any(
         e.app == name for e in inp.desired.errors
     )
+
+
+def _unreadable_guard(n_deletions: int, inp: PlanInput) -> str | None:
+    """A file that cannot be read and names no app may hold an app that moved there (a rename onto a
+    symlink, a path with a newline): no deletion while one exists."""
+    files = sorted({e.app for e in inp.desired.errors if e.app is not None and e.app == file_key(e.file)})
+    if not files or not n_deletions or not inp.policy.prune:
+        return None
+    shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    return (f"refusing to delete while {shown} cannot be read: an app removed from its old file may have "
+            "moved there. Fix or remove the unreadable file first; nothing is deleted.")
 
 
 def _orphans(inp: PlanInput) -> set[str]:

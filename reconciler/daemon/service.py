@@ -38,6 +38,7 @@ from reconciler.source.git import GitSource
 from reconciler.source.specs import spec_paths
 from reconciler.spec.load import SPEC_SUFFIXES, LoadResult, load_files
 from reconciler.spec.model import ChangeClass, FlinkApp
+from reconciler.spec.policy import SpecPolicy
 
 if TYPE_CHECKING:
     from reconciler.live.kubernetes import LeaseElector
@@ -79,6 +80,7 @@ class Reconciler:
         leader: Callable[[], bool] | None = None,
         on_shutdown: Callable[[], None] | None = None,
         runtime_name: str | None = None,
+        spec_policy: SpecPolicy = SpecPolicy.RESTRICTED,
     ) -> None:
         self.source = source
         self.runtime = runtime
@@ -101,6 +103,7 @@ class Reconciler:
         self._leading = False  # whether the last sync found us leader (a new term re-reads every record)
         self._recovered: dict[str, tuple[SavepointRecord, ...]] | None = None  # lineage read from git notes
         self.runtime_name = runtime_name or (runtime.name if runtime is not None else "local")
+        self.spec_policy = spec_policy  # what a spec may ask of the cluster (docs/security.md)
         self._problems: dict[tuple[str, str], tuple[SpecError, ...]] = {}
 
     # ------------------------------------------------------------------ ReconcileService
@@ -182,7 +185,8 @@ class Reconciler:
                 changed = self._changed_paths(rev)
             result = self._loaded.update(spec_paths(self.source.read_paths(rev, sorted(changed))))
         else:
-            result = load_files(spec_paths(self.source.read_tree(rev, self.subdir, SPEC_SUFFIXES)))
+            result = load_files(spec_paths(self.source.read_tree(rev, self.subdir, SPEC_SUFFIXES)),
+                                policy=self.spec_policy)
         self._loaded, self._loaded_rev = result, rev
         return result
 
@@ -561,6 +565,7 @@ def make_reconciler(settings: Settings, clock: Clock, *, metrics: Metrics | None
         leader=elector.is_leader if elector is not None else None,
         on_shutdown=stop_election,
         runtime_name=settings.runtime,
+        spec_policy=SpecPolicy(settings.spec_policy),
         journal=journal,
         clock=clock,
         subdir=settings.path,

@@ -73,6 +73,11 @@ def decode(raw: bytes | str, where: str) -> Doc:
     return doc
 
 
+def is_record_name(app: str) -> bool:
+    """Whether `app` can have a record: an app name, not the file path an unreadable file is planned under."""
+    return bool(_SAFE_NAME.match(app))
+
+
 def safe_name(app: str) -> str:
     if not _SAFE_NAME.match(app):
         raise JournalError(f"refusing to keep a record for an app named {app!r} (not a DNS-1123 name)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -20,6 +21,7 @@ from reconciler.core.plan import (
 )
 from reconciler.core.planner import Desired, PlanInput, Policy, plan
 from reconciler.errors import SpecError
+from reconciler.spec.load import file_key
 from tests.core.builders import (
     NOW,
     REV,
@@ -361,6 +363,36 @@ def test_app_in_a_broken_file_without_a_name_is_kept() -> None:
     result = plan(inp([], [P1], [running()], policy=Policy(prune=True), desired_obj=desired))
     assert result.app("orders").action is Action.ERROR
     assert not result.app("orders").steps
+
+
+def test_apps_under_a_broken_folder_are_kept() -> None:
+    # A folder of specs replaced by a symlink: only the folder is known broken, its files simply vanish.
+    team = dataclasses.replace(inp([], [P1], [running()], policy=Policy(prune=True)),
+                               previous_sources={"orders": "apps/team/orders.yaml"})
+    desired = Desired(apps={}, errors=(SpecError("is a symbolic link", file="apps/team", app=file_key("apps/team")),),
+                      broken_files=frozenset({"apps/team"}))
+    result = plan(dataclasses.replace(team, desired=desired))
+    assert result.app("orders").action is Action.ERROR and not result.app("orders").steps
+    # ...but not a sibling whose name merely starts the same way.
+    other = dataclasses.replace(team, previous_sources={"orders": "apps/teammates/orders.yaml"})
+    assert plan(dataclasses.replace(other, desired=desired)).app("orders").action is Action.BLOCKED
+
+
+def test_no_deletion_while_a_file_that_names_no_app_cannot_be_read() -> None:
+    # `git mv apps/orders.yaml "apps/new\nline.yaml"`: the old file is gone, the new one cannot be read.
+    bad = "apps/new\nline.yaml"
+    desired = Desired(apps={"other": app("other")}, sources={"other": "apps/other.yaml"},
+                      errors=(SpecError("a path with a newline cannot be read", file=bad, app=file_key(bad)),),
+                      broken_files=frozenset({bad}))
+    result = plan(inp([], [P1, app("other")], [running(), running("other")], policy=Policy(prune=True),
+                      desired_obj=desired))
+    orders = result.app("orders")
+    assert orders.action is Action.BLOCKED and not orders.steps
+    assert result.guard is not None and "cannot be read" in result.guard and file_key(bad) in result.guard
+    assert result.app(file_key(bad)).action is Action.ERROR
+    assert result.app("other").action is Action.NOOP
+    # Without prune nothing would be deleted anyway: no guard needed.
+    assert plan(inp([], [P1, app("other")], [running(), running("other")], desired_obj=desired)).guard is None
 
 
 def test_unknown_live_state_is_never_treated_as_absent() -> None:

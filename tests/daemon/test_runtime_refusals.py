@@ -10,6 +10,7 @@ from reconciler.clock import FakeClock
 from reconciler.core.plan import Action
 from reconciler.daemon.service import Reconciler
 from reconciler.source.git import GitSource
+from reconciler.spec.policy import SpecPolicy
 from tests.gitutil import Repo
 
 GOOD = """\
@@ -62,3 +63,25 @@ def test_the_local_runtime_does_not_apply_kubernetes_rules(tmp_path: Path) -> No
     rev = repo.commit("one app")
     plan = _reconciler(repo, tmp_path / "local", "local").plan(rev)
     assert plan.app("fragile").action is Action.CREATE
+
+
+HOST_NETWORK = """\
+apiVersion: flink-reconciler.io/v1alpha1
+kind: FlinkApp
+metadata: {name: nosy}
+spec:
+  job: {jarURI: "local:///opt/flink/usrlib/job.jar", upgradeMode: stateless}
+  podTemplate:
+    spec: {hostNetwork: true}
+"""
+
+
+def test_the_daemon_applies_its_spec_policy(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    repo.write("apps/nosy.yaml", HOST_NETWORK)
+    rev = repo.commit("an app on the host network")
+    restricted = _reconciler(repo, tmp_path / "restricted", "local").plan(rev).app("nosy")
+    assert restricted.action is Action.ERROR and "hostNetwork" in restricted.reason, restricted.reason
+    permissive = _reconciler(repo, tmp_path / "permissive", "local")
+    permissive.spec_policy = SpecPolicy.PERMISSIVE
+    assert permissive.plan(rev).app("nosy").action is Action.CREATE

@@ -10,6 +10,8 @@ the records (savepoints recovered from Git notes), Flink or the storage show, ne
 (b) kill -9 `apply` right after the stop-with-savepoint of an upgrade completed, delete the journal
     and the records, apply again: exactly one job, restored from the savepoint just taken (Flink still
     lists the stopped job with it), and every count continues.
+(c) the same at every step boundary of the upgrade (trigger journaled, stop done, cluster ready, job
+    submitted, job running): one job, restored from a savepoint, counts continuous; never empty.
 
 One Git repository, one state directory and one app for the module (tests run in order and build on
 each other), reusing the driver of tests/e2e/test_apply_e2e.py. Nothing sleeps to assert.
@@ -219,7 +221,7 @@ def test_kill_after_stop_then_lost_records_restores_the_savepoint_just_taken(env
         assert start["restore"]["kind"] == "path" and same_path(start["restore"]["path"], taken), start
         assert not any("WITHOUT STATE" in r for r in plan["risks"]), plan["risks"]
     else:  # the kill came after the submit: the job runs from the savepoint; nothing to start
-        assert plan["action"] in ("noop", "upgrade"), plan
+        assert plan["action"] in ("no-op", "upgrade"), plan
 
     code, out = env.apply_subprocess()
     assert code == 0, out
@@ -229,6 +231,83 @@ def test_kill_after_stop_then_lost_records_restores_the_savepoint_just_taken(env
         assert is_savepoint, (restored, taken)
     else:
         assert same_path(restored, taken) and is_savepoint, (restored, taken)
+    env.assert_counts_continue(before)
+    st = env.status()
+    assert (st["applied"], st["job_id"], st["outcome"]) == (rev, job, "success"), st
+
+
+# ------------------------------------------------------------------------------------------------
+# (c) the same at every step boundary of a savepoint upgrade
+
+
+def _at(step: int, phase: str) -> Any:
+    return lambda row: row["stage"] == "forward" and row["step_index"] == step and row["phase"] == phase
+
+
+MOMENTS = {  # in-flight record -> kill now (a savepoint upgrade: stop, ensure, start, await running, healthy)
+    "trigger-journaled": lambda row: bool(row.get("trigger_id")) and not row.get("captured_path"),
+    "stop-done": _at(0, "done"),
+    "cluster-ready": _at(1, "done"),
+    "job-submitted": _at(2, "done"),
+    "job-running": _at(3, "done"),
+}
+
+
+def kill_at(env: E2E, ready: Any, timeout: float = 120) -> dict[str, Any] | None:
+    proc = env.apply_process()
+    end = time.monotonic() + timeout
+    try:
+        while True:
+            row = env.inflight()
+            if row is not None and ready(row):
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=30)
+                after = env.inflight()
+                assert after is not None
+                return after
+            if proc.poll() is not None:
+                return None
+            if time.monotonic() > end:
+                pytest.fail(f"timed out after {timeout}s waiting for the kill moment")
+            time.sleep(0.002)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        if proc.stdout:
+            proc.stdout.close()
+
+
+@pytest.mark.parametrize("moment", list(MOMENTS))
+def test_kill_at_every_step_boundary_then_lost_records_never_starts_empty(env: E2E, moment: str) -> None:
+    """kill -9 of `apply` at a step boundary, the records deleted, `apply` again: exactly one job, restored
+    from a savepoint (the one just taken whenever the kill came after it), counts continuous."""
+    for attempt in range(1, 4):
+        env.only_running_job()
+        before = env.counts_at_least(1)
+        rev = env.commit(f"rate + 1 (killed at {moment}, attempt {attempt})", rate=env.next_rate())
+        row = kill_at(env, MOMENTS[moment])
+        if row is not None:
+            break
+        NOTES.append(f"(c) {moment}, attempt {attempt}: apply finished before the kill")
+    else:
+        pytest.fail(f"three applies finished before the kill at {moment} could land")
+    taken = row.get("captured_path")
+    forget_records(env.state)
+    plan = env.plan_live()
+    NOTES.append(f"(c) {moment}: killed at step {row['step_index']} ({row['phase']}); after the memory loss "
+                 f"the plan is {plan['action']}: {plan['reason']}")
+    assert not any("WITHOUT STATE" in r for r in plan["risks"]), plan["risks"]
+    if plan["action"] == "blocked":  # allowed, with an instruction: then nothing was started empty
+        assert "To proceed" in plan["reason"] or "set spec" in plan["reason"], plan["reason"]
+        pytest.skip(f"blocked with an instruction: {plan['reason']}")
+    code, out = env.apply_subprocess()
+    assert code == 0, out
+    job = env.only_running_job()  # exactly one job
+    restored, is_savepoint = env.restored_from(job)
+    assert is_savepoint, (restored, moment)
+    if taken is not None and plan["action"] != "upgrade":
+        assert same_path(restored, taken), (restored, taken)
     env.assert_counts_continue(before)
     st = env.status()
     assert (st["applied"], st["job_id"], st["outcome"]) == (rev, job, "success"), st
