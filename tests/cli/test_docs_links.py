@@ -37,3 +37,26 @@ def test_readme_links_the_architecture() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "(docs/architecture.md)" in readme
     assert "bash scripts/demo.sh" in readme and "bash scripts/test.sh" in readme
+
+
+def test_every_test_the_reliability_table_cites_exists() -> None:
+    """docs/reliability.md names the test behind each row: a renamed or deleted test must fail here."""
+    text = (ROOT / "docs" / "reliability.md").read_text()
+    missing = []
+    for cell in re.findall(r"\| ([^|]*`[^|]*) \|\s*$", text, flags=re.MULTILINE):
+        current: Path | None = None
+        for ref in re.findall(r"`([^`]+)`", cell):
+            module, _, name = ref.partition("::")
+            if module:
+                if not module.endswith(".py") and "/" not in module:
+                    continue  # not a test reference (a setting, a message)
+                path = ROOT / "tests" / (module if module.endswith(".py") else module.rstrip("/"))
+                if not path.exists():
+                    missing.append(ref)
+                    continue
+                current = path if path.is_file() else None
+            if name and current is not None:
+                pattern = re.escape(name.split("[")[0]).replace(r"\*", r"\w*")
+                if not re.search(rf"^def {pattern}\b|^def {pattern}\(", current.read_text(), flags=re.MULTILINE):
+                    missing.append(f"{current.relative_to(ROOT)}::{name}")
+    assert not missing, f"docs/reliability.md cites tests that do not exist: {missing}"
