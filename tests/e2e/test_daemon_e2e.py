@@ -693,7 +693,8 @@ def test_git_unreachable_and_rewritten_history_keep_the_daemon_serving(tmp_path:
             return x if x.status_code == 503 else None
 
         r = poll(unready, timeout=30, what="/readyz 503", alive=d.died)
-        assert "git fetch failed" in r.text, r.text
+        assert "failed: SourceUnreachableError: git fetch" in r.text and "does not appear to be a git repository" \
+            in r.text, r.text
         assert d.get("/healthz").status_code == 200
         assert "ready: no" in d.get("/").text
         assert d.metric("flink_reconciler_git_fetch_errors_total") >= 1
