@@ -68,7 +68,10 @@ class Settings(BaseSettings):
     git_token: SecretStr | None = Field(None, description="HTTPS token for Git (secret).")
     git_ssh_key_path: Path | None = Field(None, description="SSH private key file for Git.")
     # --- reconciling ------------------------------------------------------------------------------
-    state_dir: Path = Field(Path(".state"), description="Journal, Git cache and the daemon lock live here.")
+    state_dir: Path = Field(Path(".state"), description=(
+        "Records of the local runtime (`records/`), its clusters and savepoints, the Git cache and the daemon "
+        "lock live here. On Kubernetes the records are ConfigMaps (see [state.md](state.md)); the state dir "
+        "is only a cache."))
     runtime: Literal["local", "kubernetes"] = Field("local", description="Where Flink runs.")
     dry_run: bool = Field(False, description="No runtime: observe an empty runtime and plan only.")
     poll_interval: Duration = Field(15.0, description="Seconds between Git fetches (also `15s`, `2m`).")

@@ -277,11 +277,14 @@ class Journal:
         return doc.get("namespace") if doc else None
 
     def set_source_file(self, app: str, path: str) -> None:
-        def fn(doc: Doc) -> None:
-            _revive(doc)
-            doc["record"]["source_file"] = path
+        """Follow an app that moved to another file. An app without a record gets none from this: its
+        first execution or attempt records its file (a first pass over 10,000 new apps writes nothing)."""
 
-        self._update(app, fn)
+        def fn(doc: Doc) -> None:
+            if not doc.get("forgotten"):
+                doc["record"]["source_file"] = path
+
+        self._update(app, fn, create=False)
 
     def record_attempt(
         self, app: str, revision: str, outcome: Outcome, message: str, *, action: str,

@@ -395,8 +395,10 @@ def test_a_second_writer_is_refused_instead_of_overwritten(journal: Journal, clo
 
 def test_idle_ticks_do_not_write(journal: Journal) -> None:
     """The daemon meets a blocked app every tick: the record must not be rewritten each time."""
-    journal.set_source_file("orders", "apps/orders.yaml")
-    journal.record_attempt("orders", REV1, Outcome.FAILURE, "blocked: x", action="blocked")
+    journal.set_source_file("orders", "apps/orders.yaml")  # no record yet: none is made for this
+    assert not _record_file(journal).exists()
+    journal.record_attempt("orders", REV1, Outcome.FAILURE, "blocked: x", action="blocked",
+                           source_file="apps/orders.yaml")
     stamp = _record_file(journal).stat()
     for _ in range(3):
         journal.record_attempt("orders", REV1, Outcome.FAILURE, "blocked: x", action="blocked")
