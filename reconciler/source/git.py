@@ -149,8 +149,12 @@ class GitSource:
         self._is_local = self._url.startswith("file://") or (
             "://" not in self._url and not _SCP_LIKE.match(self._url)
         )
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # fetch and everything that moves the branches
+        # Notes have their own lock: writing a full pass's statuses never holds up the next fetch.
+        self._notes_lock = threading.RLock()
         self._pending_notes: dict[str, list[_Pending]] = {}
+        self._advertised: bytes | None = None  # origin's branches, tags and HEAD at our last fetch
+        self._tip: str | None = None  # the tracked branch's tip after that fetch
         self._git = git.Git(str(self.cache_dir))
         self._repo: git.Repo | None = None
 
@@ -167,9 +171,31 @@ class GitSource:
     # ---------------------------------------------------------------- fetching
 
     def fetch(self) -> FetchResult:
-        """Clone on first use, fetch afterwards; a force-pushed branch is taken as is (new tip wins)."""
+        """Clone on first use, fetch afterwards; a force-pushed branch is taken as is (new tip wins).
+
+        One `git ls-remote` first: when origin advertises the same branches, tags and HEAD as at our last
+        fetch, nothing else runs (an idle poll costs one git process, not five)."""
         with self._lock:
             self._ensure_repo()
+            advertised = self._advertised_refs()
+            if advertised is not None and advertised == self._advertised:
+                tip = self._ref_sha(f"refs/heads/{self.branch}") if self._tip is None else self._tip
+                if tip is not None:
+                    self._tip = tip
+                    return FetchResult(branch=self.branch, old_sha=tip, new_sha=tip, rewritten=False)
+            result = self._fetch()
+            self._advertised, self._tip = advertised, result.new_sha
+            return result
+
+    def _advertised_refs(self) -> bytes | None:
+        """What origin advertises for its branches, tags and HEAD (None when it would not tell)."""
+        out = self._run(["ls-remote", "origin"], network=True, what=f"fetch {self._url}")
+        wanted = [line for line in out.splitlines()
+                  if line.endswith(b"\tHEAD") or b"\trefs/heads/" in line or b"\trefs/tags/" in line]
+        return b"\n".join(sorted(wanted)) or None
+
+    def _fetch(self) -> FetchResult:
+        with self._lock:
             old = self._ref_sha(f"refs/heads/{self.branch}")
             self._run(
                 [
@@ -363,7 +389,7 @@ class GitSource:
         """Set several keys' lines in the note on `rev` with one read and one write of the note."""
         if any("\n" in k or "\n" in v for k, v in lines.items()):
             raise SourceError("a note line must be a single line")
-        with self._lock:
+        with self._notes_lock:
             sha = self.resolve(rev)
             self._write_note_lines(ref, sha, list(lines.items()))
             self._pending_notes.setdefault(ref, []).extend(_Pending(sha, k, v) for k, v in lines.items())
@@ -377,9 +403,10 @@ class GitSource:
         """Publish our note lines on origin without clobbering another writer's.
 
         Fetch origin's notes, put the lines written here since the last push on top of them, push
-        fast-forward only; if someone pushed meanwhile, do it again.
+        fast-forward only; if someone pushed meanwhile, do it again. Holds only the notes lock: a fetch
+        (the next poll) runs meanwhile.
         """
-        with self._lock:
+        with self._notes_lock:
             self._require_repo()
             remote_ref = _REMOTE_NOTES_PREFIX + ref.removeprefix("refs/notes/")
             last_error = ""
@@ -399,11 +426,11 @@ class GitSource:
                 ):
                     # Rebase our lines onto origin's notes: their lines stay, ours win per key.
                     self._run(["update-ref", ref, remote_tip], what="reset notes ref")
-                    by_sha: dict[str, list[tuple[str, str]]] = {}
-                    for p in pending:
-                        by_sha.setdefault(p.sha, []).append((p.key, p.line))
-                    for sha, pairs in by_sha.items():
-                        self._write_note_lines(ref, sha, pairs)
+                    by_sha: dict[str, dict[str, str]] = {}
+                    for p in pending:  # later lines of a key win, as they did when written
+                        by_sha.setdefault(p.sha, {})[p.key] = p.line
+                    for sha, lines in by_sha.items():
+                        self._write_note_lines(ref, sha, list(lines.items()))
                 if self._ref_sha(ref) is None or self._ref_sha(ref) == remote_tip:
                     self._drop_pending(ref, len(pending))
                     return
@@ -423,7 +450,7 @@ class GitSource:
         """Every note under `ref`, origin's and ours merged (ours win per commit): commit sha -> text.
 
         Used once at start-up, to recover what earlier reconcilers wrote (lineage) when records are gone."""
-        with self._lock:
+        with self._notes_lock:
             self._require_repo()
             remote_ref = _REMOTE_NOTES_PREFIX + ref.removeprefix("refs/notes/")
             self._exec(["update-ref", "-d", remote_ref])
@@ -453,9 +480,7 @@ class GitSource:
     def _write_note_lines(self, ref: str, sha: str, pairs: Sequence[tuple[str, str]]) -> None:
         status, out, _ = self._exec(["notes", "--ref", ref, "show", sha])
         lines = out.decode().splitlines() if status == 0 else []
-        merged = lines
-        for key, line in pairs:
-            merged = _replace_line(merged, key, line)
+        merged = _merge_lines(lines, pairs)
         if merged == lines:
             return
         body = ("\n".join(merged) + "\n").encode()
@@ -600,6 +625,67 @@ class GitSource:
                 text = text.replace(secret, "***")
         return _URL_USERINFO.sub(r"\1***@", text)
 
+    # ---------------------------------------------------------------- writing a commit (rollback --write-commit)
+
+    def commit_file(self, parent: str, path: str, data: bytes, message: str) -> str:
+        """A new commit on top of `parent` whose tree differs only in `path` (written as `data`).
+
+        Built in the object database (hash-object, mktree, commit-tree): no checkout, no index, so the
+        mirror the daemon reads from is never disturbed. Returns the commit's sha (not pushed yet)."""
+        with self._lock:
+            self._require_repo()
+            parent = self.resolve(parent)
+            parts = [p for p in path.strip("/").split("/") if p]
+            if not parts or any(p in (".", "..") for p in parts):
+                raise SourceError(f"cannot write {path!r}: not a path inside the repository")
+            blob = self._run(["hash-object", "-w", "--stdin"], stdin=data, what=f"store {path}").decode().strip()
+            tree = self._run(["rev-parse", f"{parent}^{{tree}}"], what="read tree").decode().strip()
+            new_tree = self._replace_in_tree(tree, parts, blob)
+            return self._run(["commit-tree", new_tree, "-p", parent, "-F", "-"], stdin=message.encode(),
+                             what="write commit").decode().strip()
+
+    def _replace_in_tree(self, tree: str | None, parts: Sequence[str], blob: str) -> str:
+        entries: list[bytes] = []
+        if tree is not None:
+            listing = self._run(["ls-tree", "-z", tree], what="list tree")
+            entries = [e for e in listing.split(b"\0") if e]
+        name = parts[0].encode("utf-8", "surrogateescape")
+        kept: list[bytes] = []
+        sub: str | None = None
+        for e in entries:
+            meta, _, entry_name = e.partition(b"\t")
+            if entry_name != name:
+                kept.append(e)
+                continue
+            mode, kind, sha = meta.split(b" ")
+            if len(parts) > 1:
+                if kind != b"tree":
+                    raise SourceError(f"cannot write {'/'.join(parts)}: {parts[0]!r} is not a directory")
+                sub = sha.decode()
+            elif kind != b"blob" or mode not in (b"100644", b"100755"):
+                raise SourceError(f"cannot write {parts[0]!r}: it is not a regular file in the repository")
+        if len(parts) > 1:
+            kept.append(b"040000 tree " + self._replace_in_tree(sub, parts[1:], blob).encode() + b"\t" + name)
+        else:
+            kept.append(b"100644 blob " + blob.encode() + b"\t" + name)
+        body = b"".join(e + b"\0" for e in kept)
+        return self._run(["mktree", "-z"], stdin=body, what="write tree").decode().strip()
+
+    def push_commit(self, sha: str) -> None:
+        """Publish `sha` as the new tip of the tracked branch, fast-forward only: a branch that moved
+        meanwhile is never overwritten (SourceError: run again on the new tip)."""
+        with self._lock:
+            self._require_repo()
+            status, out, err = self._exec(["push", "--porcelain", "origin", f"{sha}:refs/heads/{self.branch}"],
+                                          network=True)
+            if status != 0:
+                said = (err + out.decode(errors="replace")).lower()
+                if any(p in said for p in (*_NON_FAST_FORWARD, "fetch first", "remote contains work")):
+                    raise SourceError(f"branch {self.branch!r} on {self._url} moved while the commit was written; "
+                                      "nothing was pushed: run the command again")
+                raise self._classify(f"push to {self._url}", err)
+            self._run(["update-ref", f"refs/heads/{self.branch}", sha], what="update the branch")
+
 
 _SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
 _URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.IGNORECASE)
@@ -685,20 +771,39 @@ def _norm_subdir(subdir: str) -> str:
     return "" if s == "." else s
 
 
+def _merge_lines(lines: Sequence[str], pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """`lines` with each key's line replaced in place (appended when absent; a later pair of the same key
+    wins), other keys kept. Linear in the size of the note: a full pass writes thousands of lines at once."""
+    new = dict(pairs)
+    if not new:
+        return list(lines)
+    longest = max(len(k) for k in new)
+    out: list[str] = []
+    done: set[str] = set()
+    for existing in lines:
+        key = _key_of(existing, new, longest)
+        if key is None:
+            out.append(existing)
+        elif key not in done:
+            out.append(new[key])
+            done.add(key)
+    out.extend(line for key, line in new.items() if key not in done)
+    return out
+
+
+def _key_of(line: str, keys: Mapping[str, str], longest: int) -> str | None:
+    """The key among `keys` that `line` is the line of: the whole line, or a prefix ending at ':' or ' '."""
+    if line in keys:
+        return line
+    for i, c in enumerate(line[: longest + 1]):
+        if c in ": " and line[:i] in keys:
+            return line[:i]
+    return None
+
+
 def _replace_line(lines: Sequence[str], key: str, line: str) -> list[str]:
     """Lines with the one for `key` replaced in place (appended when absent); other keys kept."""
-    out: list[str] = []
-    done = False
-    for existing in lines:
-        if existing == key or existing.startswith((key + ":", key + " ")):
-            if not done:
-                out.append(line)
-                done = True
-            continue
-        out.append(existing)
-    if not done:
-        out.append(line)
-    return out
+    return _merge_lines(lines, [(key, line)])
 
 
 def blob_sha(data: bytes) -> str:
