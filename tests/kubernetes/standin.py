@@ -14,12 +14,17 @@ subclass takes over the object requests and adds what our code relies on (see ..
   uses them from tests), PUT replace; the ``status`` subresource (main-resource writes keep the status);
 - ``resourceVersion`` from one counter, 409 ``Conflict`` on a stale resourceVersion, 409
   ``AlreadyExists`` on create, 404 ``NotFound`` with the real message format;
-- ``metadata.generation`` bumped when ``spec`` changes; a few server defaults (clusterIP, protocol,
-  imagePullPolicy, restartPolicy, revisionHistoryLimit ...) so drift detection must ignore them;
+- ``metadata.generation`` bumped when ``spec`` changes, and for a Deployment also when its annotations
+  change (the real apps strategy's ``PrepareForUpdate`` does so; a real API server showed it); a few
+  server defaults (clusterIP, protocol, imagePullPolicy, restartPolicy, revisionHistoryLimit ...) so drift
+  detection must ignore them;
 - deletion: ``preconditions.resourceVersion`` (409 ``Conflict`` when stale); finalizers hold an object
-  with ``deletionTimestamp``; ownerReference garbage collection
+  with ``deletionTimestamp``; a pod bound to a node (``spec.nodeName``) is deleted gracefully, as on the real
+  server: it gets ``deletionTimestamp`` and stays until its node deletes it with ``gracePeriodSeconds=0``
+  (the process node does; pods nobody bound go at once); ownerReference garbage collection
   (Background and Foreground cascade synchronously, Orphan strips the references);
 - the service proxy ``/api/v1/namespaces/N/services/S:P/proxy/...`` to a backend registered by a test,
+  else to the first ready address of the Service's Endpoints (written by the process node),
   503 ``ServiceUnavailable`` ("no endpoints available") otherwise;
 - an optional stand-in for the Deployment/StatefulSet controllers (``auto_ready``): a workload becomes
   available as soon as it is written, which is what a healthy cluster converges to;
@@ -64,6 +69,7 @@ KINDS: dict[tuple[str, str], tuple[str, bool, bool]] = {
     ("", "pods"): ("Pod", True, True),
     ("", "events"): ("Event", True, False),
     ("", "persistentvolumeclaims"): ("PersistentVolumeClaim", True, True),
+    ("", "endpoints"): ("Endpoints", True, False),
     ("apps", "deployments"): ("Deployment", True, True),
     ("apps", "statefulsets"): ("StatefulSet", True, True),
     ("rbac.authorization.k8s.io", "roles"): ("Role", True, False),
@@ -367,7 +373,8 @@ class StandinApi(kmock.KubernetesEmulator):
                 raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on {what}: the ResourceVersion in the "
                                                 "precondition does not match the ResourceVersion in record. The "
                                                 "object might have been modified")
-            return self._delete_obj(key, policy)
+            grace = request.params.get("gracePeriodSeconds", body.get("gracePeriodSeconds"))
+            return self._delete_obj(key, policy, grace=None if grace is None else int(grace))
         manager = request.params.get("fieldManager") or "unknown"
         ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip()
         if method == "PATCH" and ctype == "application/apply-patch+yaml":
@@ -448,7 +455,9 @@ class StandinApi(kmock.KubernetesEmulator):
                     meta.pop(k, None)
             if has_status and "status" in old:
                 obj["status"] = old["status"]
-            if old.get("spec") != obj.get("spec") and "spec" in obj:
+            annotations_moved = kind == "Deployment" and \
+                (om.get("annotations") or {}) != (meta.get("annotations") or {})
+            if "spec" in obj and (old.get("spec") != obj.get("spec") or annotations_moved):
                 meta["generation"] = int(om.get("generation", 0)) + 1
         if old is None or self._strip(old) != self._strip(obj):
             self.rv += 1
@@ -606,10 +615,19 @@ class StandinApi(kmock.KubernetesEmulator):
         if obj and obj["metadata"].get("deletionTimestamp") and not obj["metadata"].get("finalizers"):
             self._remove(key, "Background")
 
-    def _delete_obj(self, key: tuple[str, str, str | None, str], policy: str) -> Obj:
+    def _delete_obj(self, key: tuple[str, str, str | None, str], policy: str, *, grace: int | None = None) -> Obj:
         obj = self._existing(key)
         if policy not in ("Background", "Foreground", "Orphan"):
             raise ApiError(422, "Invalid", f"propagationPolicy: Unsupported value: {policy!r}")
+        if key[1] == "pods" and (obj.get("spec") or {}).get("nodeName") and grace != 0:
+            # Graceful deletion: the pod's node stops its containers, then deletes it with grace 0.
+            if not obj["metadata"].get("deletionTimestamp"):
+                obj["metadata"]["deletionTimestamp"] = _now()
+                obj["metadata"]["deletionGracePeriodSeconds"] = grace if grace is not None else int(
+                    obj["spec"].get("terminationGracePeriodSeconds", 30))
+                self.rv += 1
+                obj["metadata"]["resourceVersion"] = str(self.rv)
+            return self._public(obj)
         if obj["metadata"].get("finalizers"):
             if not obj["metadata"].get("deletionTimestamp"):
                 obj["metadata"]["deletionTimestamp"] = _now()
@@ -640,9 +658,25 @@ class StandinApi(kmock.KubernetesEmulator):
                 self._delete_obj(dkey, policy)
 
     # ---- service proxy ----
+    def _endpoint_backend(self, ns: str, svc: str, port: str) -> str | None:
+        """The first ready address of the Service's Endpoints, on the target port of `port` (name or number)."""
+        service, eps = self.store.get(("", "services", ns, svc)), self.store.get(("", "endpoints", ns, svc))
+        if service is None or eps is None:
+            return None
+        sports = (service.get("spec") or {}).get("ports") or []
+        sport = next((p for p in sports if port in ("", str(p.get("port")), p.get("name"))), None)
+        if sport is None:
+            return None
+        for subset in eps.get("subsets") or []:
+            for p in subset.get("ports") or []:
+                if p.get("name") == sport.get("name") or p.get("port") == sport.get("targetPort", sport.get("port")):
+                    for addr in subset.get("addresses") or []:
+                        return f"http://{addr['ip']}:{p['port']}"
+        return None
+
     async def _proxy(self, request: kmock.Request, ns: str, svc: str, port: str,
                      rest: str) -> aiohttp.web.StreamResponse:
-        backend = self.proxy_backends.get((ns, svc, port))
+        backend = self.proxy_backends.get((ns, svc, port)) or self._endpoint_backend(ns, svc, port)
         if backend is None:
             err = ApiError(503, "ServiceUnavailable", f'no endpoints available for service "{svc}:{port}"')
             return aiohttp.web.json_response(err.status(), status=503)

@@ -106,7 +106,9 @@ def test_create_conflict_not_found_and_stale_resource_version(cluster: Cluster) 
     assert (e.value.code, e.value.reason) == (409, "Conflict")
 
 
-def test_generation_moves_with_spec_only(cluster: Cluster) -> None:
+def test_generation_moves_with_spec_and_deployment_annotations(cluster: Cluster) -> None:
+    """As the real API server (v1.36): a Deployment's generation also rises when only its annotations change
+    (PrepareForUpdate of the apps Deployment strategy); labels do not move it."""
     dep: dict[str, Any] = {
            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "labels": {"a": "b"}},
            "spec": {"replicas": 1, "selector": {"matchLabels": {"a": "b"}},
@@ -114,11 +116,14 @@ def test_generation_moves_with_spec_only(cluster: Cluster) -> None:
                                  "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}}}
     one = apply(cluster, dep)
     assert one["metadata"]["generation"] == 1
-    dep["metadata"]["annotations"] = {"note": "x"}
+    dep["metadata"]["labels"]["c"] = "d"
     assert apply(cluster, dep)["metadata"]["generation"] == 1
+    dep["metadata"]["annotations"] = {"note": "x"}
+    assert apply(cluster, dep)["metadata"]["generation"] == 2
+    assert apply(cluster, dep)["metadata"]["generation"] == 2  # the same apply again changes nothing
     dep["spec"]["replicas"] = 0
     two = apply(cluster, dep)
-    assert two["metadata"]["generation"] == 2
+    assert two["metadata"]["generation"] == 3
     assert two["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] == "IfNotPresent"  # defaulted
 
 
