@@ -130,6 +130,15 @@ class Settings(BaseSettings):
     lease_namespace: str | None = Field(
         None, description="Namespace of the Lease (default: $POD_NAMESPACE, else the first managed namespace)."
     )
+    # --- sharding ---------------------------------------------------------------------------------
+    shards: int = Field(
+        1, ge=1, le=1024, description="Split the apps over this many shards, one daemon (or replica set) each: "
+        "an app belongs to shard `sha256(name) mod shards`, whatever its file or namespace.",
+    )
+    shard: int = Field(
+        0, ge=0, description="The shard this daemon reconciles (0 .. shards-1). With leader election its Lease "
+        "is `<lease_name>-shard-<shard>`, so each shard has its own leader.",
+    )
 
     @field_validator("namespaces", mode="before")
     @classmethod
@@ -164,6 +173,17 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_secret_is_unset(cls, value: SecretStr | None) -> SecretStr | None:
         return None if value is not None and not value.get_secret_value() else value
+
+    @model_validator(mode="after")
+    def _shard_in_range(self) -> Settings:
+        if self.shard >= self.shards:
+            raise ValueError(f"shard {self.shard} does not exist: shards are numbered 0 .. {self.shards - 1}")
+        return self
+
+    @property
+    def shard_lease_name(self) -> str:
+        """The Lease of this daemon's shard: one leader per shard, however many replicas each shard has."""
+        return self.lease_name if self.shards == 1 else f"{self.lease_name}-shard-{self.shard}"
 
     @model_validator(mode="after")
     def _forge_complete(self) -> Settings:

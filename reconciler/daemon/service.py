@@ -23,8 +23,9 @@ from reconciler.apply.migrate import migrate_sqlite_journal
 from reconciler.clock import Clock
 from reconciler.core.observed import AppRecord, Outcome, Records, SavepointRecord
 from reconciler.core.plan import Action, AppPlan, Plan
-from reconciler.core.planner import PlanInput, Policy, desired_from, plan
+from reconciler.core.planner import ADOPTED_RUNNING, PlanInput, Policy, desired_from, plan
 from reconciler.daemon.metrics import Metrics
+from reconciler.daemon.shards import Shard, ShardRecordStore, shard_view
 from reconciler.errors import ConfigError, PlanStaleError, ReconcilerError, SpecError
 from reconciler.live.artifacts import resolve_jar
 from reconciler.live.observe import observe
@@ -81,7 +82,9 @@ class Reconciler:
         on_shutdown: Callable[[], None] | None = None,
         runtime_name: str | None = None,
         spec_policy: SpecPolicy = SpecPolicy.RESTRICTED,
+        shard: Shard | None = None,
     ) -> None:
+        self.shard = shard  # sharding (daemon/shards.py): only the apps of this shard are loaded, seen, planned
         self.source = source
         self.runtime = runtime
         self.journal = journal
@@ -187,6 +190,8 @@ class Reconciler:
         else:
             result = load_files(spec_paths(self.source.read_tree(rev, self.subdir, SPEC_SUFFIXES)),
                                 policy=self.spec_policy)
+        if self.shard is not None:
+            result = result.restricted(self.shard.owns)
         self._loaded, self._loaded_rev = result, rev
         return result
 
@@ -218,6 +223,8 @@ class Reconciler:
                             "state only", redact_url(str(e)))
                 notes = {}
             self._recovered = lineage_from_notes(notes)
+            if self.shard is not None:
+                self._recovered = {a: sps for a, sps in self._recovered.items() if self.shard.owns(a)}
         return self._recovered
 
     def plan_input(self, rev: str, *, only: Collection[str] | None = None) -> PlanInput:
@@ -239,7 +246,7 @@ class Reconciler:
             desired=desired,
             previous=previous,
             previous_sources={n: r.source_file for n, r in records.apps.items() if r.source_file},
-            live=observe(self.runtime, names),
+            live=observe(shard_view(self.runtime, self.shard), names),
             records=records,
             now=self.clock.now(),
             policy=self.policy,
@@ -329,6 +336,8 @@ class Reconciler:
         for ap in the_plan.apps:
             if ap.action is Action.NOOP and ap.diff and ap.desired and ap.change_class is ChangeClass.IGNORE:
                 self.journal.record_applied(ap.app, the_plan.revision, ap.desired)
+            elif ap.action is Action.NOOP and ap.reason == ADOPTED_RUNNING and ap.desired:
+                self.journal.record_adopted(ap.app, the_plan.revision, ap.desired, source_file=ap.source_file)
         for name, res in results.items():
             ap = the_plan.app(name)
             if ap.action is Action.DELETE and res.outcome is Outcome.SUCCESS:
@@ -519,8 +528,8 @@ def _leader_election(settings: Settings, runtime: Runtime | None, clock: Clock
         raise ConfigError("leader_election needs runtime: kubernetes")
     namespace = settings.lease_namespace or os.environ.get("POD_NAMESPACE") or (settings.namespaces or ("default",))[0]
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-    elector = LeaseElector(runtime.kube.api_client, clock=clock, namespace=namespace, name=settings.lease_name,
-                           identity=identity)
+    elector = LeaseElector(runtime.kube.api_client, clock=clock, namespace=namespace,
+                           name=settings.shard_lease_name, identity=identity)
     stop = threading.Event()
     threading.Thread(target=elector.run, args=(stop,), name="lease", daemon=True).start()
     return elector, stop.set
@@ -554,7 +563,11 @@ def make_reconciler(settings: Settings, clock: Clock, *, metrics: Metrics | None
     source = make_source(settings)
     runtime = make_runtime(settings, clock)
     elector, stop_election = _leader_election(settings, runtime, clock)
-    journal = Journal(settings.state_dir / "journal", clock, store=make_record_store(settings, runtime, elector))
+    store = make_record_store(settings, runtime, elector)
+    shard = Shard(settings.shard, settings.shards) if settings.shards > 1 else None
+    if shard is not None:  # another shard's records are not ours to resume, plan or prune
+        store = ShardRecordStore(store, shard)
+    journal = Journal(settings.state_dir / "journal", clock, store=store)
     # The SQLite journal of 0.1 is imported once. With an election only the leader may write, and in a
     # cluster that journal lived in an emptyDir anyway: nothing to import there.
     if elector is None:
@@ -566,6 +579,7 @@ def make_reconciler(settings: Settings, clock: Clock, *, metrics: Metrics | None
         on_shutdown=stop_election,
         runtime_name=settings.runtime,
         spec_policy=SpecPolicy(settings.spec_policy),
+        shard=shard,
         journal=journal,
         clock=clock,
         subdir=settings.path,

@@ -20,7 +20,7 @@ import difflib
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,6 +140,13 @@ class LoadResult:
                 per_file[path] = _file_result(path, data, self.policy)
         return _combine(per_file, self.policy)
 
+    def restricted(self, keep: Callable[[str], bool]) -> LoadResult:
+        """Only the apps (and their errors) whose name `keep` accepts: a shard holds in memory only the
+        specs it reconciles. Errors no app can be named for (an unreadable file) are kept: that file may
+        hold any app. Duplicates stay detected: both copies of a name are kept or dropped together."""
+        per_file = {path: _only(fr, keep) for path, fr in self.by_file.items()}
+        return _combine(per_file, self.policy)
+
 
 def load_files(files: Mapping[str, bytes | Unreadable], *, policy: SpecPolicy = SpecPolicy.RESTRICTED) -> LoadResult:
     """Load every document of every file; collect errors instead of stopping at the first."""
@@ -156,6 +163,17 @@ def _file_result(path: str, data: bytes | Unreadable, policy: SpecPolicy) -> Fil
         for field_path, message in refused:
             errors.append(SpecError(message, file=path, line=la.line, field=field_path, app=la.app.name))
     return FileResult(tuple(apps), tuple(_attributed(e, path) for e in errors))
+
+
+_NOTHING = FileResult()
+
+
+def _only(fr: FileResult, keep: Callable[[str], bool]) -> FileResult:
+    apps = tuple(la for la in fr.apps if keep(la.app.name))
+    errors = tuple(e for e in fr.errors if e.app is None or not valid_name(e.app) or keep(e.app))
+    if len(apps) == len(fr.apps) and len(errors) == len(fr.errors):
+        return fr
+    return FileResult(apps, errors) if apps or errors else _NOTHING
 
 
 def _attributed(e: SpecError, path: str) -> SpecError:

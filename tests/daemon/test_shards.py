@@ -1,0 +1,132 @@
+"""Sharding: each daemon of `shards: N` loads, sees, plans and prunes only its own apps.
+
+The records are shared here (one state dir for every shard), as ConfigMaps are on Kubernetes: a shard
+must not take another shard's records for apps deleted from Git."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconciler.clock import FakeClock
+from reconciler.core.plan import Action, Plan
+from reconciler.daemon.service import Reconciler, make_reconciler
+from reconciler.daemon.shards import Shard, shard_of
+from reconciler.errors import ConfigError
+from reconciler.settings import load_settings
+from tests.gitutil import Repo, spec
+
+NAMES = [f"app-{i:02d}" for i in range(12)]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Repo:
+    (tmp_path / "repo").mkdir()
+    r = Repo(tmp_path / "repo")
+    for name in NAMES:
+        r.write(f"apps/{name}.yaml", spec(name))
+    r.commit("twelve apps")
+    return r
+
+
+def reconciler(repo: Repo, tmp_path: Path, **settings: Any) -> Reconciler:
+    s = load_settings({"repo_url": str(repo.origin), "state_dir": tmp_path / "state", "dry_run": True,
+                       "status_sink": "none", **settings})
+    rec = make_reconciler(s, FakeClock(), report=False)
+    rec.source.fetch()
+    return rec
+
+
+def seed_records(repo: Repo, tmp_path: Path) -> None:
+    """Every app applied at the current head, by an unsharded daemon (records shared by all shards)."""
+    rec = reconciler(repo, tmp_path)
+    head = rec.source.head()
+    for name, la in rec.load(head).apps.items():
+        rec.journal.record_adopted(name, head, la.app.canonical(), source_file=la.file)
+
+
+def actions(plan: Plan) -> dict[str, Action]:
+    return {a.app: a.action for a in plan.apps}
+
+
+def test_the_shard_of_an_app_is_stable_and_balanced() -> None:
+    # Pinned: a different hash would move apps between the shards of a running fleet.
+    assert (shard_of("orders", 5), shard_of("billing", 5), shard_of("app-00", 5)) == PINNED
+    counts = collections.Counter(shard_of(f"job-{i}", 5) for i in range(10_000))
+    assert set(counts) == set(range(5)) and all(1700 < c < 2300 for c in counts.values()), counts
+    assert Shard(3, 5).owns("x") is (shard_of("x", 5) == 3) and Shard(0, 1).owns("anything")
+
+
+PINNED = (3, 4, 3)  # sha256 of the name, first 8 bytes big-endian, mod 5
+
+
+def test_every_app_is_planned_by_exactly_one_shard(repo: Repo, tmp_path: Path) -> None:
+    head = reconciler(repo, tmp_path).source.head()
+    seen: dict[str, int] = {}
+    for i in range(3):
+        plan = reconciler(repo, tmp_path, shards=3, shard=i).plan(head)
+        for app in actions(plan):
+            assert app not in seen, f"{app} planned by shards {seen[app]} and {i}"
+            assert shard_of(app, 3) == i
+            seen[app] = i
+    assert sorted(seen) == NAMES
+
+
+def test_another_shards_records_are_not_deletions(repo: Repo, tmp_path: Path) -> None:
+    seed_records(repo, tmp_path)
+    for i in range(2):
+        rec = reconciler(repo, tmp_path, shards=2, shard=i, prune=True)
+        plan = rec.plan(rec.source.head())
+        assert Action.DELETE not in actions(plan).values()
+        assert set(actions(plan)) == {n for n in NAMES if shard_of(n, 2) == i}
+        assert set(rec.journal.records().apps) == {n for n in NAMES if shard_of(n, 2) == i}
+
+
+def test_prune_and_the_mass_deletion_guard_count_the_shards_own_apps(repo: Repo, tmp_path: Path) -> None:
+    seed_records(repo, tmp_path)
+    mine = [n for n in NAMES if shard_of(n, 2) == 0]
+    assert len(mine) >= 4, "the fixture needs at least 4 apps in shard 0"
+    gone = mine[: len(mine) // 2 + 1]  # more than half of shard 0, at most half of the repository
+    for name in gone:
+        repo.remove(f"apps/{name}.yaml")
+    repo.commit("remove some of shard 0")
+
+    whole = reconciler(repo, tmp_path, prune=True)
+    plan = whole.plan(whole.source.head())
+    assert plan.guard is None and {a for a, x in actions(plan).items() if x is Action.DELETE} == set(gone)
+
+    shard0 = reconciler(repo, tmp_path, prune=True, shards=2, shard=0)
+    plan0 = shard0.plan(shard0.source.head())
+    assert plan0.guard is not None and "mass-deletion guard" in plan0.guard
+    assert f"{len(gone)} of {len(mine)} apps" in plan0.guard
+    assert Action.DELETE not in actions(plan0).values()
+
+    shard1 = reconciler(repo, tmp_path, prune=True, shards=2, shard=1)
+    plan1 = shard1.plan(shard1.source.head())
+    assert plan1.guard is None and Action.DELETE not in actions(plan1).values()
+
+
+def test_an_unreadable_file_blocks_deletions_in_every_shard(repo: Repo, tmp_path: Path) -> None:
+    seed_records(repo, tmp_path)
+    victims = {i: next(n for n in NAMES if shard_of(n, 2) == i) for i in range(2)}
+    for name in victims.values():
+        repo.remove(f"apps/{name}.yaml")
+    repo.write("apps/moved.yaml", bytes(range(256)))  # the apps may have moved here
+    repo.commit("remove one app of each shard, add an unreadable file")
+    for i in range(2):
+        rec = reconciler(repo, tmp_path, prune=True, shards=2, shard=i)
+        plan = rec.plan(rec.source.head())
+        assert actions(plan)["apps/moved.yaml"] is Action.ERROR
+        assert plan.guard is not None and "cannot be read" in plan.guard
+        assert actions(plan)[victims[i]] is not Action.DELETE and victims[1 - i] not in actions(plan)
+
+
+def test_shard_settings() -> None:
+    s = load_settings({"shards": 5, "shard": 4, "lease_name": "flink"})
+    assert s.shard_lease_name == "flink-shard-4"
+    assert load_settings({}).shard_lease_name == "flink-reconciler"
+    with pytest.raises(ConfigError, match="shard 5 does not exist"):
+        load_settings({"shards": 5, "shard": 5})
