@@ -1,0 +1,188 @@
+"""Scale: a dry-run daemon (or several shard processes) with thousands of apps, as a new user runs it.
+
+For each configuration (N apps, S shard processes; `--config 1000x1,10000x1,50000x5`):
+1. Make a repository of N synthetic specs, start S `flink-reconciler run` processes (dry run, git-notes
+   statuses, poll 2 s, drift 60 s; with S > 1 each is `shards: S`, `shard: i`, its own state dir).
+2. First pass (the slowest process's startup pass) and start -> every startup status on the origin.
+3. A stream of one-app pushes (one every `--push-every` s for `--stream-seconds`, long enough to span a
+   drift pass whose N notes are written meanwhile): push -> that app's status line on the origin, p50/p99.
+4. One commit that changes 100 apps: push -> all 100 status lines on the origin.
+5. Idle: CPU (incl. the git processes, % of one core, summed over the processes) and RSS (largest
+   process) over `--idle-seconds` (one drift interval by default, so one full pass is in the window).
+
+Run: .venv/bin/python bench/scale_bench.py [--config 1000x1,10000x1] [--idle-seconds 60]
+Prints one JSON document, then a Markdown table. Not a test: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.daemon_bench import CLK_TCK, proc_sample, wait
+from tests.e2e.test_daemon_e2e import DaemonProc
+from tests.gitutil import GIT_ENV, Repo
+
+NOTES_REF = "refs/notes/flink-reconciler"
+POLL = 2.0
+DRIFT = 60.0
+
+SPEC = """\
+apiVersion: flink-reconciler.io/v1alpha1
+kind: FlinkApp
+metadata:
+  name: app-{i:05d}
+spec:
+  taskManager:
+    slots: 2
+  flinkConfiguration:
+    execution.checkpointing.interval: 10 s
+  job:
+    jarURI: https://repo.example.com/jobs/app-{v}.jar
+    entryClass: com.example.Job{i}
+    args: ["--id", "{i}"]
+    parallelism: {p}
+    upgradeMode: savepoint
+"""
+
+
+def write_app(repo: Repo, i: int, v: int = 1) -> None:
+    repo.write(f"apps/{i // 1000:02d}/app-{i:05d}.yaml", SPEC.format(i=i, v=v, p=1 + i % 2))
+
+
+def origin_note(repo: Repo, sha: str) -> str:
+    """The note on `sha` in the origin itself (no fetch: the bench looks at the bare repository)."""
+    proc = subprocess.run(["git", "--git-dir", str(repo.origin), "notes", "--ref", NOTES_REF, "show", sha],
+                          capture_output=True, text=True, check=False, env={**os.environ, **GIT_ENV})
+    return proc.stdout if proc.returncode == 0 else ""
+
+
+def status_apps(note: str) -> set[str]:
+    return {line.split(": ", 1)[0].removeprefix("flink-reconciler/") for line in note.splitlines()
+            if line.startswith("flink-reconciler/")}
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return round(s[min(len(s) - 1, round(q * (len(s) - 1)))], 3)
+
+
+def scale(root: Path, n: int, shards: int, *, push_every: float, stream_seconds: float,
+          idle_seconds: float) -> dict[str, Any]:
+    repo = Repo(root)
+    for i in range(n):
+        write_app(repo, i)
+    head = repo.commit(f"{n} apps")
+    t0 = time.time()
+    procs = []
+    for s in range(shards):
+        extra: dict[str, object] = {"shards": shards, "shard": s} if shards > 1 else {}
+        procs.append(DaemonProc.start(root / f"daemon-{s}.log", repo_url=repo.origin, state_dir=root / f"state-{s}",
+                                      dry_run=True, poll_interval=POLL, drift_interval=DRIFT, status_sink="notes",
+                                      **extra))
+    out: dict[str, Any] = {"apps": n, "shards": shards, "poll_s": POLL, "drift_s": DRIFT}
+    try:
+        for d in procs:
+            wait(lambda d=d: d.passes("startup") >= 1, 1800, "the startup pass", interval=0.5)
+        out["first_pass_s"] = round(max(d.metric("flink_reconciler_sync_duration_seconds_sum", trigger="startup")
+                                        for d in procs), 2)
+        out["ready_s"] = round(time.time() - t0, 1)
+        wait(lambda: len(status_apps(origin_note(repo, head))) >= n, 1800, f"{n} statuses on the origin",
+             interval=0.5)
+        out["startup_statuses_on_origin_s"] = round(time.time() - t0, 1)
+        # A stream of one-app pushes, spanning a drift pass.
+        lat: list[float] = []
+        t_end = time.monotonic() + stream_seconds
+        k = 0
+        while time.monotonic() < t_end:
+            t_slot = time.monotonic()
+            app = (k * 7919) % n
+            k += 1
+            write_app(repo, app, v=k + 1)
+            sha = repo.commit(f"app {app}")
+            t_push = time.time()
+            name = f"app-{app:05d}"
+            wait(lambda s=sha, a=name: a in status_apps(origin_note(repo, s)), 120, f"the status of {name}",
+                 interval=0.05)
+            lat.append(time.time() - t_push)
+            time.sleep(max(0.0, push_every - (time.monotonic() - t_slot)))
+        out["push_to_status_s"] = {"n": len(lat), "p50": pct(lat, 0.5), "p99": pct(lat, 0.99),
+                                   "max": round(max(lat), 3)}
+        # One commit changing 100 apps.
+        apps = [(j * 104729) % n for j in range(100)]
+        for a in apps:
+            write_app(repo, a, v=10_000)
+        sha = repo.commit("100 apps")
+        t_push = time.time()
+        want = {f"app-{a:05d}" for a in apps}
+        wait(lambda: want <= status_apps(origin_note(repo, sha)), 300, "100 statuses", interval=0.1)
+        out["commit_100_apps_s"] = round(time.time() - t_push, 2)
+        # Idle.
+        time.sleep(2)
+        pids = [d.proc.pid for d in procs]
+        ticks0 = sum(proc_sample(p)[0] for p in pids)
+        rss: list[int] = []
+        t_start = time.monotonic()
+        while time.monotonic() - t_start < idle_seconds:
+            time.sleep(1.0)
+            rss.append(max(proc_sample(p)[1] for p in pids))
+        samples = [proc_sample(p) for p in pids]
+        elapsed = time.monotonic() - t_start
+        out["idle_cpu_percent"] = round(100.0 * (sum(s[0] for s in samples) - ticks0) / CLK_TCK / elapsed, 2)
+        out["idle_rss_mb_max"] = round(max(rss) / 1024, 1)
+        out["idle_rss_mb_mean"] = round(statistics.fmean(rss) / 1024, 1)
+        out["peak_rss_mb"] = round(max(s[2] for s in samples) / 1024, 1)
+        out["errors_in_logs"] = sum(1 for d in procs for r in d.log() if r.get("level") in ("ERROR", "CRITICAL"))
+    finally:
+        for d in procs:
+            d.stop()
+    return out
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    out = [f"Dry-run daemon, git-notes statuses, poll {POLL:g} s, drift {DRIFT:g} s", "",
+           "| apps | processes | first pass s | start -> all statuses on origin s | push -> status p50 / p99 / max s "
+           "| 100-app commit s | idle CPU % | idle RSS MB (largest process) |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        p = r["push_to_status_s"]
+        out.append(f"| {r['apps']} | {r['shards']} | {r['first_pass_s']:.2f} | {r['startup_statuses_on_origin_s']:.1f}"
+                   f" | {p['p50']:.2f} / {p['p99']:.2f} / {p['max']:.2f} ({p['n']} pushes) | "
+                   f"{r['commit_100_apps_s']:.2f} | {r['idle_cpu_percent']:.2f} | {r['idle_rss_mb_max']:.1f} |")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="1000x1,10000x1", help="APPSxPROCESSES,...")
+    ap.add_argument("--push-every", type=float, default=2.5)
+    ap.add_argument("--stream-seconds", type=float, default=75.0)
+    ap.add_argument("--idle-seconds", type=float, default=60.0)
+    args = ap.parse_args()
+    result: dict[str, Any] = {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg(), "runs": []}
+    with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
+        for cfg in args.config.split(","):
+            n, _, s = cfg.partition("x")
+            root = Path(tmp) / cfg
+            root.mkdir()
+            result["runs"].append(scale(root, int(n), int(s or 1), push_every=args.push_every,
+                                        stream_seconds=args.stream_seconds, idle_seconds=args.idle_seconds))
+            print(f"[scale] {result['runs'][-1]}", file=sys.stderr, flush=True)
+    result["loadavg_end"] = os.getloadavg()
+    print(json.dumps(result, indent=2))
+    print()
+    print(markdown(result["runs"]))
+
+
+if __name__ == "__main__":
+    main()
