@@ -326,12 +326,13 @@ class Executor:
             job_id = None
         if plan.desired is not None:
             try:
-                retain = FlinkApp.model_validate(plan.desired).spec.savepoints.retain
+                retention = FlinkApp.model_validate(plan.desired).spec.savepoints
             except ValidationError:
-                retain = None
-            if retain is not None and self.journal.record(run.app) is not None:
-                for sp in self.journal.prune_savepoints(run.app, retain):
-                    log.info("%s: pruned savepoint %s (retain %d)", run.app, sp.path, retain)
+                retention = None
+            if retention is not None and self.journal.record(run.app) is not None:
+                for sp in self.journal.prune_savepoints(run.app, retention.retain, max_age=retention.max_age,
+                                                        disposer=lambda: self.runtime.flink(run.app)):
+                    log.info("%s: pruned savepoint %s (retain %d)", run.app, sp.path, retention.retain)
         message = f"{plan.action.value} applied at {run.revision[:12]}"
         if isinstance(job_id, str):
             message += f"; job {job_id} running"

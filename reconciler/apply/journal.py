@@ -21,15 +21,16 @@ import contextlib
 import copy
 import errno
 import fcntl
+import logging
 import os
 import shutil
 import threading
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum, StrEnum
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 from urllib.parse import unquote, urlparse
 
 from pydantic import ValidationError
@@ -37,14 +38,18 @@ from pydantic import ValidationError
 from reconciler.clock import Clock
 from reconciler.core.observed import AppRecord, Outcome, Records, SavepointRecord
 from reconciler.core.plan import AppPlan, spec_hash
-from reconciler.errors import JournalError, RecordConflictError
+from reconciler.core.rollback import protected_rollback_points
+from reconciler.errors import JournalError, ReconcilerError, RecordConflictError
 from reconciler.live.records import Doc, FileRecordStore, RecordStore, StoredRecord
+
+log = logging.getLogger(__name__)
 
 RECORD_KIND: Final = "FlinkReconcilerRecord"
 SCHEMA_VERSION: Final = 1
 MAX_TRANSITIONS: Final = 200  # history lines kept per app (a ConfigMap holds at most 1 MiB)
 MAX_SAVEPOINTS: Final = 100  # savepoint records kept per app; the newest are kept, files are never touched
 MAX_LINEAGE: Final = 100  # revisions of lineage kept per app
+DISPOSAL_DEADLINE_S: Final = 60.0  # per savepoint Flink is asked to dispose of
 
 # Step scratch data a caller may set; anything else is a programming error.
 SCRATCH_KEYS: Final = frozenset(
@@ -71,6 +76,21 @@ class Keep(Enum):
 
 KEEP: Final = Keep.KEEP
 """Sentinel for `finish(job_id=...)`: leave the recorded job id as it is."""
+
+
+class _DisposalStatus(Protocol):
+    @property
+    def done(self) -> bool: ...
+    @property
+    def failure(self) -> str | None: ...
+
+
+@runtime_checkable
+class SavepointDisposer(Protocol):
+    """What retention needs to have Flink dispose of a savepoint (`FlinkRestClient` is one)."""
+
+    def trigger_disposal(self, savepoint_path: str) -> str: ...
+    def disposal_status(self, trigger_id: str) -> _DisposalStatus: ...
 
 
 @dataclass(frozen=True)
@@ -497,7 +517,9 @@ class Journal:
         return entry
 
     def lineage(self, app: str) -> list[Lineage]:
-        doc = self._doc(app)
+        return self._lineage_of(app, self._doc(app))
+
+    def _lineage_of(self, app: str, doc: Doc | None) -> list[Lineage]:
         out = []
         for e in (doc or {}).get("lineage", []):
             try:
@@ -556,24 +578,39 @@ class Journal:
         self._update(app, fn)
         return rec
 
-    def prune_savepoints(self, app: str, retain: int, *, protect: Collection[str] = ()) -> list[SavepointRecord]:
-        """Keep the newest `retain` savepoints; forget the others and delete their directories.
+    def prune_savepoints(self, app: str, retain: int, *, protect: Collection[str] = (),
+                         max_age: timedelta | None = None, disposer: object = None) -> list[SavepointRecord]:
+        """Retention: keep the newest `retain` savepoints (and, with `max_age`, none older than that);
+        forget the others and dispose of them.
 
-        Never pruned: the newest one, the in-flight CAPTURED restore point and `protect`ed paths (what
-        the app would restore from). Only savepoint directories on the local filesystem (plain
-        absolute paths or file:// URIs) named `savepoint-*` are deleted on disk; records of other
-        schemes (s3://, hdfs://, ...) and adopted checkpoints are only forgotten: their storage has
-        its own lifecycle. The records go first, then the files, so a crash in between can leak a
-        directory but never leave a record pointing at a deleted savepoint."""
+        Never disposed of: the newest one; the in-flight CAPTURED restore point; `protect`ed paths (what
+        the app would restore from); manual savepoints (`flink-reconciler savepoint`: the user's, and
+        not counted against `retain`); and the rollback point of each of the newest `retain` revisions
+        the app ran (within `max_age`), so `rollback --to` any of them keeps working.
+
+        Disposal: local directories (plain absolute paths or file:// URIs named `savepoint-*`) are
+        deleted here; other schemes go to `disposer` (the app's Flink REST client: Flink's savepoint
+        disposal, through its own filesystem plugins) when it can, else they are only forgotten (their
+        storage has its own lifecycle); adopted checkpoints are only forgotten. The records go first,
+        then the files, so a crash in between can leak a savepoint but never leave a record pointing at
+        a deleted one. A disposal that fails is logged and noted in the app's
+        history (`dispose-failed`, with the path to delete by hand): never raised, never fatal."""
         retain = max(1, retain)
+        since = self._clock.now() - max_age if max_age is not None else None
 
         def fn(doc: Doc) -> list[SavepointRecord]:
-            ordered = sorted(enumerate(_savepoints(doc)), key=lambda x: (x[1].taken_at, x[0]), reverse=True)
+            savepoints = _savepoints(doc)
+            ordered = sorted(enumerate(savepoints), key=lambda x: (x[1].taken_at, x[0]), reverse=True)
             keep = set(protect)
+            if ordered:
+                keep.add(ordered[0][1].path)
             f = doc.get("inflight")
             if f and f.get("captured_path"):
                 keep.add(f["captured_path"])
-            doomed = [sp for _, sp in ordered[retain:] if sp.path not in keep]
+            keep |= protected_rollback_points(self._lineage_of(app, doc), savepoints, window=retain, since=since)
+            counted = [sp for _, sp in ordered if sp.kind != "manual"]
+            doomed = [sp for i, sp in enumerate(counted) if sp.path not in keep and (
+                i >= retain or (since is not None and sp.taken_at < since))]
             gone = {sp.path for sp in doomed}
             doc["savepoints"] = [s for s in doc.get("savepoints", []) if s.get("path") not in gone]
             for sp in doomed:
@@ -582,10 +619,44 @@ class Journal:
 
         pruned = self._update(app, fn, create=False) or []
         for sp in pruned:
-            local = local_savepoint_dir(sp.path) if sp.kind == "savepoint" else None
-            if local is not None:
-                shutil.rmtree(local, ignore_errors=True)
+            failure = self._dispose(sp, disposer)
+            if failure is not None:
+                log.warning("%s: could not dispose of savepoint %s: %s", app, sp.path, failure)
+                with contextlib.suppress(JournalError):
+                    self.note(app, "dispose-failed", f"{sp.path}: {failure} (its record is gone; delete it by hand)",
+                              revision=sp.revision, outcome=Outcome.FAILURE)
         return pruned
+
+    def _dispose(self, sp: SavepointRecord, disposer: object) -> str | None:
+        """Delete one pruned savepoint; the reason it could not be, or None. `disposer` is a
+        SavepointDisposer, or a function that makes one (called only when a remote one is due)."""
+        if sp.kind == "checkpoint":
+            return None  # an adopted checkpoint belongs to its job's checkpoint storage
+        local = local_savepoint_dir(sp.path)
+        try:
+            if local is not None:
+                if local.exists():
+                    shutil.rmtree(local)
+                return None
+            if disposer is None or urlparse(sp.path).scheme in ("", "file"):
+                return None
+            if not isinstance(disposer, SavepointDisposer) and callable(disposer):
+                disposer = disposer()
+            if isinstance(disposer, SavepointDisposer):
+                trigger = disposer.trigger_disposal(sp.path)
+                deadline = self._clock.monotonic() + DISPOSAL_DEADLINE_S
+                while True:
+                    status = disposer.disposal_status(trigger)
+                    if status.done:
+                        return status.failure
+                    if self._clock.monotonic() >= deadline:
+                        return f"Flink did not finish disposing of it within {DISPOSAL_DEADLINE_S:g}s"
+                    self._clock.sleep(0.5)
+        except OSError as e:
+            return f"{type(e).__name__}: {e.strerror or e}"
+        except ReconcilerError as e:
+            return str(e)
+        return None
 
     # ---- history --------------------------------------------------------------------------------
 

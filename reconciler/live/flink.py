@@ -256,6 +256,23 @@ class FlinkRestClient:
             return SavepointStatus(done=True, failure=f"savepoint completed without a location: {op!r}"[:500])
         return SavepointStatus(done=True, location=str(location))
 
+    def trigger_disposal(self, savepoint_path: str) -> str:
+        """Ask the JobManager to dispose of a savepoint (`POST /savepoint-disposal`): Flink deletes it
+        with its own filesystem plugins, so this works for s3://, gs://, hdfs:// as for file:."""
+        body = self._json("POST", "/savepoint-disposal", payload={"savepoint-path": savepoint_path})
+        return _request_id(body, self, "/savepoint-disposal")
+
+    def disposal_status(self, trigger_id: str) -> SavepointStatus:
+        """Poll a disposal; done with `failure` set when Flink could not dispose of it."""
+        body = self._json("GET", f"/savepoint-disposal/{trigger_id}")
+        if str((body.get("status") or {}).get("id", "")) != "COMPLETED":
+            return SavepointStatus(done=False)
+        failure = (body.get("operation") or {}).get("failure-cause")
+        if failure:
+            trace = str(failure.get("stack-trace") or failure.get("class") or failure)
+            return SavepointStatus(done=True, failure=summarize_stack(trace))
+        return SavepointStatus(done=True)
+
     def checkpoints(self, job_id: str) -> CheckpointStats:
         body = self._json("GET", f"/jobs/{job_id}/checkpoints", job_id=job_id)
         latest = body.get("latest") or {}

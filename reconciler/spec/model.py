@@ -331,8 +331,13 @@ class Deadlines(_Model):
 
 class SavepointPolicy(_Model):
     retain: int = change(
-        ChangeClass.IGNORE, "Savepoints kept per app; the one the app would restore from is never deleted.",
+        ChangeClass.IGNORE, "Savepoints kept per app; the one the app would restore from is never deleted, "
+        "nor the rollback point of each of the newest `retain` commits that ran, nor a manual one.",
         default=5, ge=1, le=1000,
+    )
+    max_age: Duration | None = change(
+        ChangeClass.IGNORE, "Also dispose of savepoints older than this (the same ones are kept). Unset: no age limit.",
+        default=None,
     )
 
 
