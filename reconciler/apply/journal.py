@@ -549,6 +549,22 @@ class Journal:
 
         self._update(app, fn, create=False)
 
+    def record_adopted(self, app: str, revision: str, spec: dict[str, Any], *, source_file: str | None) -> None:
+        """A job of exactly this spec runs but no record said so (the records were lost): it is applied."""
+
+        def fn(doc: Doc) -> None:
+            _revive(doc)
+            if doc["record"].get("last_applied_spec") == spec:
+                return
+            message = "a job of this spec was running without a record: recorded as applied"
+            doc["record"].update(last_applied_revision=revision, last_applied_spec=spec, last_outcome="success",
+                                 last_message=message)
+            if source_file:
+                doc["record"]["source_file"] = source_file
+            self._transition(doc, revision, "adopt", outcome=Outcome.SUCCESS, message=message)
+
+        self._update(app, fn)
+
     # ---- savepoints -----------------------------------------------------------------------------
 
     def add_savepoint(

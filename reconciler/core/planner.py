@@ -48,7 +48,10 @@ from reconciler.spec.load import LoadResult, file_key
 from reconciler.spec.model import ChangeClass, Deadlines, DeletionPolicy, FlinkApp, JobState, UpgradeMode
 
 CHECKPOINT_INTERVAL_KEY = "execution.checkpointing.interval"
-OFFLINE_JOB_ID = "<running job>"  # offline previews do not know the live job id
+OFFLINE_JOB_ID = "<running job>"
+# A job of this exact spec runs but no record says we applied it (records lost): the shell records it as
+# applied, so the next change has a previous spec to diff against and to roll back to.
+ADOPTED_RUNNING = "already running this spec (adopted)"  # offline previews do not know the live job id
 
 
 @dataclass(frozen=True)
@@ -315,7 +318,7 @@ def _plan_present(
             if not want_running:
                 return blocked or _suspend(ctx)
             if live.deployed_spec_hash == desired.spec_hash:
-                return ctx.app_plan(Action.NOOP, "already running this spec (adopted)")
+                return ctx.app_plan(Action.NOOP, ADOPTED_RUNNING)
             return blocked or _upgrade(ctx, "a running job not in our records: redeploying the desired spec "
                                             "from a savepoint of it")
         if not want_running:

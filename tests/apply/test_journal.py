@@ -449,3 +449,15 @@ def test_threads_share_one_journal(journal: Journal) -> None:
     assert sorted(recs.apps) == names
     assert all(r.last_outcome is Outcome.SUCCESS and r.last_applied_spec == {"n": r.name} for r in recs.apps.values())
     assert journal.all_inflight() == {}
+
+
+def test_an_adopted_running_job_is_recorded_as_applied_once(journal: Journal) -> None:
+    spec = plan_for().desired
+    assert spec is not None
+    journal.record_adopted("orders", REV1, spec, source_file="apps/orders.yaml")
+    journal.record_adopted("orders", REV1, spec, source_file="apps/orders.yaml")  # every pass: one write
+    rec = journal.record("orders")
+    assert rec is not None
+    assert (rec.last_applied_revision, rec.last_applied_spec, rec.last_outcome, rec.source_file) == (
+        REV1, spec, Outcome.SUCCESS, "apps/orders.yaml")
+    assert [t.action for t in journal.history("orders")] == ["adopt"]
