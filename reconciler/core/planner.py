@@ -48,10 +48,10 @@ from reconciler.spec.load import LoadResult, file_key
 from reconciler.spec.model import ChangeClass, Deadlines, DeletionPolicy, FlinkApp, JobState, UpgradeMode
 
 CHECKPOINT_INTERVAL_KEY = "execution.checkpointing.interval"
-OFFLINE_JOB_ID = "<running job>"
+OFFLINE_JOB_ID = "<running job>"  # offline previews do not know the live job id
 # A job of this exact spec runs but no record says we applied it (records lost): the shell records it as
 # applied, so the next change has a previous spec to diff against and to roll back to.
-ADOPTED_RUNNING = "already running this spec (adopted)"  # offline previews do not know the live job id
+ADOPTED_RUNNING = "already running this spec (adopted)"
 
 
 @dataclass(frozen=True)
