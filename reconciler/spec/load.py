@@ -122,6 +122,9 @@ class LoadResult:
     broken_files: frozenset[str] = frozenset()  # files with at least one error
     by_file: Mapping[str, FileResult] = field(default_factory=dict, repr=False)
     policy: SpecPolicy = SpecPolicy.RESTRICTED  # what a spec may ask of the cluster (spec/policy.py)
+    # Which app names are kept (a shard's): the others are dropped as each file is parsed, so a shard never
+    # holds the whole repository's specs at once. None: all.
+    keep: Callable[[str], bool] | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -137,20 +140,17 @@ class LoadResult:
             if data is None:
                 per_file.pop(path, None)
             else:
-                per_file[path] = _file_result(path, data, self.policy)
-        return _combine(per_file, self.policy)
-
-    def restricted(self, keep: Callable[[str], bool]) -> LoadResult:
-        """Only the apps (and their errors) whose name `keep` accepts: a shard holds in memory only the
-        specs it reconciles. Errors no app can be named for (an unreadable file) are kept: that file may
-        hold any app. Duplicates stay detected: both copies of a name are kept or dropped together."""
-        per_file = {path: _only(fr, keep) for path, fr in self.by_file.items()}
-        return _combine(per_file, self.policy)
+                per_file[path] = _only(_file_result(path, data, self.policy), self.keep)
+        return _combine(per_file, self.policy, self.keep)
 
 
-def load_files(files: Mapping[str, bytes | Unreadable], *, policy: SpecPolicy = SpecPolicy.RESTRICTED) -> LoadResult:
-    """Load every document of every file; collect errors instead of stopping at the first."""
-    return _combine({path: _file_result(path, data, policy) for path, data in files.items()}, policy)
+def load_files(files: Mapping[str, bytes | Unreadable], *, policy: SpecPolicy = SpecPolicy.RESTRICTED,
+               keep: Callable[[str], bool] | None = None) -> LoadResult:
+    """Load every document of every file; collect errors instead of stopping at the first. `keep`: only
+    the apps it accepts are kept. Errors no app can be named for (an unreadable file) are kept: that file
+    may hold any app. Duplicates stay detected: both copies of a name are kept or dropped together."""
+    return _combine({path: _only(_file_result(path, data, policy), keep) for path, data in files.items()},
+                    policy, keep)
 
 
 def _file_result(path: str, data: bytes | Unreadable, policy: SpecPolicy) -> FileResult:
@@ -168,7 +168,9 @@ def _file_result(path: str, data: bytes | Unreadable, policy: SpecPolicy) -> Fil
 _NOTHING = FileResult()
 
 
-def _only(fr: FileResult, keep: Callable[[str], bool]) -> FileResult:
+def _only(fr: FileResult, keep: Callable[[str], bool] | None) -> FileResult:
+    if keep is None:
+        return fr
     apps = tuple(la for la in fr.apps if keep(la.app.name))
     errors = tuple(e for e in fr.errors if e.app is None or not valid_name(e.app) or keep(e.app))
     if len(apps) == len(fr.apps) and len(errors) == len(fr.errors):
@@ -182,7 +184,8 @@ def _attributed(e: SpecError, path: str) -> SpecError:
     return type(e)(e.message, file=e.file or path, line=e.line, column=e.column, field=e.field, app=file_key(path))
 
 
-def _combine(per_file: Mapping[str, FileResult], policy: SpecPolicy) -> LoadResult:
+def _combine(per_file: Mapping[str, FileResult], policy: SpecPolicy,
+             keep: Callable[[str], bool] | None = None) -> LoadResult:
     errors: list[SpecError] = []
     seen: dict[str, list[LoadedApp]] = {}
     for path in sorted(per_file):
@@ -206,6 +209,7 @@ def _combine(per_file: Mapping[str, FileResult], policy: SpecPolicy) -> LoadResu
         broken_files=frozenset(e.file for e in errors),
         by_file=per_file,
         policy=policy,
+        keep=keep,
     )
 
 

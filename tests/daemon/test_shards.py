@@ -75,6 +75,19 @@ def test_every_app_is_planned_by_exactly_one_shard(repo: Repo, tmp_path: Path) -
     assert sorted(seen) == NAMES
 
 
+def test_a_shard_holds_only_its_own_specs_also_after_an_incremental_load(repo: Repo, tmp_path: Path) -> None:
+    rec = reconciler(repo, tmp_path, shards=2, shard=0)
+    first = rec.load(rec.source.head())
+    assert set(first.apps) == {n for n in NAMES if shard_of(n, 2) == 0} and len(first.files) == len(NAMES)
+    new = [f"new-{i}" for i in range(6)]
+    for name in new:
+        repo.write(f"apps/{name}.yaml", spec(name))
+    repo.commit("six new apps")
+    rec.source.fetch()
+    again = rec.load(rec.source.head())  # incremental: only the changed files are parsed
+    assert set(again.apps) == {n for n in [*NAMES, *new] if shard_of(n, 2) == 0}
+
+
 def test_another_shards_records_are_not_deletions(repo: Repo, tmp_path: Path) -> None:
     seed_records(repo, tmp_path)
     for i in range(2):
