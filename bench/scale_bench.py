@@ -140,7 +140,8 @@ def scale(root: Path, n: int, shards: int, *, push_every: float, stream_seconds:
         elapsed = time.monotonic() - t_start
         out["idle_cpu_percent"] = round(100.0 * (sum(s[0] for s in samples) - ticks0) / CLK_TCK / elapsed, 2)
         out["idle_rss_mb_max"] = round(max(rss) / 1024, 1)
-        out["idle_rss_mb_mean"] = round(statistics.fmean(rss) / 1024, 1)
+        out["idle_rss_mb_median"] = round(statistics.median(rss) / 1024, 1)
+        out["idle_rss_mb_end"] = round(max(s[1] for s in samples) / 1024, 1)
         out["peak_rss_mb"] = round(max(s[2] for s in samples) / 1024, 1)
         out["errors_in_logs"] = sum(1 for d in procs for r in d.log() if r.get("level") in ("ERROR", "CRITICAL"))
     finally:
@@ -152,13 +153,14 @@ def scale(root: Path, n: int, shards: int, *, push_every: float, stream_seconds:
 def markdown(rows: list[dict[str, Any]]) -> str:
     out = [f"Dry-run daemon, git-notes statuses, poll {POLL:g} s, drift {DRIFT:g} s", "",
            "| apps | processes | first pass s | start -> all statuses on origin s | push -> status p50 / p99 / max s "
-           "| 100-app commit s | idle CPU % | idle RSS MB (largest process) |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| 100-app commit s | idle CPU % | idle RSS MB median / max (largest process) | peak RSS MB |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         p = r["push_to_status_s"]
         out.append(f"| {r['apps']} | {r['shards']} | {r['first_pass_s']:.2f} | {r['startup_statuses_on_origin_s']:.1f}"
                    f" | {p['p50']:.2f} / {p['p99']:.2f} / {p['max']:.2f} ({p['n']} pushes) | "
-                   f"{r['commit_100_apps_s']:.2f} | {r['idle_cpu_percent']:.2f} | {r['idle_rss_mb_max']:.1f} |")
+                   f"{r['commit_100_apps_s']:.2f} | {r['idle_cpu_percent']:.2f} | {r['idle_rss_mb_median']:.1f} / "
+                   f"{r['idle_rss_mb_max']:.1f} | {r['peak_rss_mb']:.1f} |")
     return "\n".join(out) + "\n"
 
 

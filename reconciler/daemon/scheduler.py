@@ -10,8 +10,6 @@ Errors from a pass are logged and counted, never fatal: the next tick tries agai
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import signal
 import threading
@@ -33,6 +31,7 @@ from reconciler.daemon.ports import ReconcileService, StatusSource
 from reconciler.daemon.webhooks import WebhookEvent, WebhookSecrets
 from reconciler.errors import ReconcilerError
 from reconciler.logs import mask_secrets, utc_timestamp
+from reconciler.memory import release_memory
 from reconciler.settings import Settings, redact_url
 
 log = logging.getLogger(__name__)
@@ -360,25 +359,6 @@ class Daemon:
             except Exception as e:
                 lines.append(f"(app status unavailable: {type(e).__name__}: {e})")
         return "\n".join(lines) + "\n"
-
-
-def _load_libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-    except OSError:
-        return None
-    return libc if libc is not None and hasattr(libc, "malloc_trim") else None
-
-
-_LIBC = _load_libc()
-
-
-def release_memory() -> None:
-    """Hand the heap a big pass freed back to the system (glibc keeps it otherwise): a daemon of 10,000
-    apps idles at about 130 MB instead of 150 (bench/scale_bench.py). A no-op without glibc."""
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
 
 
 def _secrets(settings: Settings) -> WebhookSecrets:

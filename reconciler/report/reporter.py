@@ -19,6 +19,7 @@ from functools import partial
 
 from reconciler.clock import Clock
 from reconciler.errors import ReportError, TransientReportError
+from reconciler.memory import release_memory
 from reconciler.report.status import BatchStatusSink, CommitStatus, StatusSink
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,9 @@ class _SinkWorker:
             if isinstance(sink, BatchStatusSink) and len(due) > 1:
                 batch = [i.status for i in due]
                 self._settle(due, self._attempt(partial(sink.post_batch, batch)))
+                if len(batch) >= 1000:  # a full pass's statuses: give the heap they took back
+                    del batch, due
+                    release_memory()
                 continue
             for n, item in enumerate(due):
                 error = self._attempt(partial(sink.post, item.status))
