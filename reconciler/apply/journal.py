@@ -50,6 +50,7 @@ MAX_TRANSITIONS: Final = 200  # history lines kept per app (a ConfigMap holds at
 MAX_SAVEPOINTS: Final = 100  # savepoint records kept per app; the newest are kept, files are never touched
 MAX_LINEAGE: Final = 100  # revisions of lineage kept per app
 DISPOSAL_DEADLINE_S: Final = 60.0  # per savepoint Flink is asked to dispose of
+_NOT_FOUND: Final = "FileNotFoundException"  # Flink's disposal of a savepoint that does not exist
 
 # Step scratch data a caller may set; anything else is a programming error.
 SCRATCH_KEYS: Final = frozenset(
@@ -650,11 +651,12 @@ class Journal:
             return None  # an adopted checkpoint belongs to its job's checkpoint storage
         local = local_savepoint_dir(sp.path)
         try:
-            if local is not None:
-                if local.exists():
-                    shutil.rmtree(local)
+            if local is not None and local.exists():
+                shutil.rmtree(local)
                 return None
-            if disposer is None or urlparse(sp.path).scheme in ("", "file"):
+            # Remote storage, or a file: path this process does not see (a volume mounted in the Flink pods
+            # on Kubernetes): the JobManager disposes of it, with its own filesystem plugins and credentials.
+            if disposer is None or (local is None and urlparse(sp.path).scheme in ("", "file")):
                 return None
             if not isinstance(disposer, SavepointDisposer) and callable(disposer):
                 disposer = disposer()
@@ -664,6 +666,8 @@ class Journal:
                 while True:
                     status = disposer.disposal_status(trigger)
                     if status.done:
+                        if status.failure and local is not None and _NOT_FOUND in status.failure:
+                            return None  # a file: savepoint that is already gone: nothing left to dispose of
                         return status.failure
                     if self._clock.monotonic() >= deadline:
                         return f"Flink did not finish disposing of it within {DISPOSAL_DEADLINE_S:g}s"

@@ -77,7 +77,9 @@ def prepare(rec: Reconciler, app: str, to: str) -> Prepared | Refusal:
     point = rollback_point(revision, lineage, record.savepoints if record else ())
     if isinstance(point, Refusal):
         return point
-    gone = savepoint_missing(point.savepoint.path)
+    # Only the local runtime's savepoints are on this host (on Kubernetes a file: path is a volume of the
+    # Flink pods): elsewhere Flink refuses a missing one at the start, and the plan's failure path runs.
+    gone = savepoint_missing(point.savepoint.path) if rec.runtime_name == "local" else None
     if gone:
         older = [s.path for s in point.older if not savepoint_missing(s.path)]
         alt = (f"; an older savepoint of it still exists ({older[0]}): to use it, set spec.job.initialSavepointPath "

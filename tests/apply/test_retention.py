@@ -147,6 +147,9 @@ class Disposer:
             return SavepointStatus(done=False)  # in progress first
         if "denied" in trigger_id:
             return SavepointStatus(done=True, failure="java.nio.file.AccessDeniedException: s3://b/denied")
+        if "gone" in trigger_id:
+            return SavepointStatus(done=True, failure="java.io.FileNotFoundException: Cannot find checkpoint or "
+                                                      f"savepoint file/directory '{trigger_id}' on file system 'file'.")
         self.disposed.append(trigger_id)
         return SavepointStatus(done=True)
 
@@ -178,4 +181,18 @@ def test_without_a_disposer_remote_savepoints_are_only_forgotten(h: History) -> 
     h.clock.advance(1)
     h.journal.add_savepoint(APP, "s3://b/savepoint-new", job_id="j", revision="1" * 40)
     assert [p.path for p in h.journal.prune_savepoints(APP, 1)] == ["s3://b/savepoint-old"]
+    assert not any(t.action == "dispose-failed" for t in h.journal.history(APP))
+
+
+def test_a_file_savepoint_this_process_cannot_see_is_disposed_of_by_flink(h: History, tmp_path: Path) -> None:
+    """On Kubernetes a file: savepoint lives on a volume of the Flink pods: the JobManager disposes of it.
+    One that Flink cannot find either is already gone: nothing to report."""
+    elsewhere = "file:/mnt/flink-pvc/savepoints/orders/savepoint-abc123-000000000001"
+    gone = "file:/mnt/flink-pvc/savepoints/orders/savepoint-gone12-000000000002"
+    for path in (elsewhere, gone, "file:/mnt/flink-pvc/savepoints/orders/savepoint-newest-000000000003"):
+        h.journal.add_savepoint(APP, path, job_id="j", revision="1" * 40)
+        h.clock.advance(1)
+    disposer = Disposer()
+    assert {p.path for p in h.journal.prune_savepoints(APP, 1, disposer=disposer)} == {elsewhere, gone}
+    assert disposer.disposed == [elsewhere]
     assert not any(t.action == "dispose-failed" for t in h.journal.history(APP))

@@ -94,7 +94,8 @@ def env(tmp_path: Path) -> Env:
     runtime = FakeRuntime(clock, savepoint_dir=str(tmp_path / "savepoints"), create_savepoint_dirs=True)
     state = tmp_path / "state"
     rec = Reconciler(source=GitSource(str(repo.origin), state / "git"), runtime=runtime,
-                     journal=Journal(state / "journal", clock), clock=clock)
+                     journal=Journal(state / "journal", clock), clock=clock,
+                     runtime_name="local")  # its savepoints are directories on this host, as the local runtime's
     e = Env(repo, rec, runtime, {})
     for name, parallelism in (("A", 1), ("B", 2), ("C", 3)):
         e.commit(name, parallelism)
