@@ -1,0 +1,441 @@
+"""Issue 9, end to end on the Kubernetes runtime with real Flink: the real planner, Executor, journal and
+KubernetesRuntime against the stand-in API server, with the process node (process_node.py) running every
+pod as local processes: the rendered config.yaml, arguments, probes, Services and volumes start a real
+Flink cluster in application mode that runs the counter job.
+
+One app is shared by the module (module-scoped fixture, tests run in order), each test commits the next
+revision on top of the last and checks the job's own output (per-key counts on a PVC) and Flink's restore
+record (`GET /jobs/<id>/checkpoints` -> `latest.restored`), reached through the API server's service proxy:
+
+- create: TaskManagers as a StatefulSet with a PVC per pod (seed 003), the job runs and checkpoints;
+- savepoint upgrade: the counts continue from the savepoint just taken;
+- the reconciler killed with SIGKILL mid-upgrade (after the stop-with-savepoint): a new executor resumes
+  from the journal and the new job restores that savepoint;
+- a failed savepoint leaves the old job running and Kubernetes untouched;
+- a bad entry class is rolled back from the fresh savepoint;
+- "JobManager restarted, Job not found" (seed): the JobManager container killed, then its pod deleted;
+- deletion with a final savepoint, every pod and process gone well before the deadline.
+
+**What is not covered: Kubernetes HA.** Flink's Kubernetes HA services (fabric8 client: ConfigMap
+informers with watch and field selectors, leader election) need watches that the stand-in does not serve
+(it answers 405 to watch), so Flink's HA cannot run here. Stateful apps on Kubernetes REQUIRE HA
+(k8s_storage); this module runs the same app without HA through `NoHaRuleRuntime`, a test-only runtime
+that skips exactly that one rule (durable storage is still checked: the state dirs are on a PVC). The
+JobManager-restart tests therefore show what the rule prevents: without HA a restarted JobManager runs
+the job again from the stale `--fromSavepoint` of its arguments, and the counts rewind. With HA, the
+job would go on from its latest checkpoint; that is asserted nowhere yet (needs a real cluster).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client as k8s_client
+
+from reconciler.apply.executor import AppResult, Executor
+from reconciler.apply.journal import Journal
+from reconciler.clock import SystemClock
+from reconciler.core.observed import Outcome
+from reconciler.core.plan import Action, AppPlan
+from reconciler.core.planner import Desired, PlanInput, Policy, plan
+from reconciler.errors import RenderError
+from reconciler.live import k8s_render as r
+from reconciler.live.k8s_storage import kubernetes_spec_problems
+from reconciler.live.kubernetes import KubernetesRuntime
+from reconciler.live.observe import observe
+from reconciler.spec.model import FlinkApp
+from tests.fixtures.flink import COUNTER_MAIN, read_counts, wait_until
+from tests.kubernetes.conftest import KUBECONFIG
+from tests.kubernetes.process_node import Image, ProcessNode, needs_root_reason
+from tests.kubernetes.standin import Standin
+
+pytestmark = [pytest.mark.kubernetes, pytest.mark.flink, pytest.mark.slow]
+
+APP = "kcounter"
+IMAGE = "registry.example.com/kcounter:e2e"  # the node maps it to the counter jar in /opt/flink/usrlib
+CLAIM = f"{APP}-data"
+KEYS = 4
+Obj = dict[str, Any]
+
+
+class NoHaRuleRuntime(KubernetesRuntime):
+    """The kubernetes runtime minus the HA-required rule (see the module docstring: Flink's Kubernetes HA
+    cannot run against the stand-in). Every other render check still applies."""
+
+    def render(self, app: FlinkApp, *, job_id: str | None = None, restore_path: str | None = None,
+               allow_non_restored_state: bool = False, root_uid: str | None = None) -> list[Obj]:
+        problems = [p for p in kubernetes_spec_problems(app) if p.field != "spec.highAvailability.enabled"]
+        if problems:
+            raise RenderError(problems[0].message, app=app.name, field=problems[0].field)
+        revision = app.metadata.annotations.get(r.ANNOTATION_REVISION, self.revision)
+        return r._render(app, revision=revision, job_id=job_id, restore_path=restore_path,
+                         allow_non_restored_state=allow_non_restored_state, root_uid=root_uid)
+
+
+def app_spec(ns: str, *, rate: int = 100, entry_class: str = COUNTER_MAIN) -> FlinkApp:
+    """The app as a user would write it for Kubernetes, minus highAvailability (see above)."""
+    return FlinkApp.model_validate({
+        "apiVersion": "flink-reconciler.io/v1alpha1", "kind": "FlinkApp",
+        "metadata": {"name": APP, "namespace": ns},
+        "spec": {
+            "image": IMAGE,
+            "job": {"jarURI": "local:///opt/flink/usrlib/counter.jar", "entryClass": entry_class,
+                    "args": ["--output-dir", "/flink-data/out", "--keys", str(KEYS), "--rate", str(rate)],
+                    "parallelism": 2},
+            "taskManager": {"replicas": 1, "slots": 2, "volumeClaimTemplates": [
+                {"name": "local-state", "mountPath": "/flink-local", "storage": "1Gi"}]},
+            "flinkConfiguration": {
+                "execution.checkpointing.interval": "1 s",
+                "execution.checkpointing.dir": "file:///flink-data/checkpoints",
+                "execution.checkpointing.savepoint-dir": "file:///flink-data/savepoints",
+                "process.taskmanager.working-dir": "/flink-local",
+                "cluster.registration.error-delay": "500 ms",
+                "web.refresh-interval": "1 s",
+                # Without HA a TaskManager learns that its JobManager was replaced only when the heartbeat
+                # times out (default 50 s): every upgrade would wait for it (see docs/kubernetes.md).
+                "heartbeat.interval": "2 s",
+                "heartbeat.timeout": "10 s",
+            },
+            "podTemplate": {"spec": {
+                "volumes": [{"name": "flink-data", "persistentVolumeClaim": {"claimName": CLAIM}}],
+                "containers": [{"name": r.MAIN_CONTAINER,
+                                "volumeMounts": [{"name": "flink-data", "mountPath": "/flink-data"}]}]}},
+            "deadlines": {"start": "30s", "savepoint": "60s", "healthy": "60s", "delete": "90s"},
+        },
+    })
+
+
+@dataclass
+class K8sWorld:
+    api: k8s_client.ApiClient
+    ns: str
+    node: ProcessNode
+    runtime: NoHaRuleRuntime
+    journal: Journal
+    state: Path
+    revision: int = 0
+
+    def executor(self) -> Executor:
+        return Executor(self.runtime, self.journal, SystemClock(), resolve_jar=lambda a: None, poll_interval=0.5)
+
+    def run(self, revision: str, ap: AppPlan) -> AppResult:
+        res = self.executor().run_app(revision, ap)
+        print(f"{ap.action.value} {revision[-4:]}: {res.outcome.value} {res.step_timings}")
+        return res
+
+    def next_revision(self) -> str:
+        self.revision += 1
+        return f"{self.revision:040x}"
+
+    def plan(self, revision: str, desired: dict[str, FlinkApp], policy: Policy | None = None) -> AppPlan:
+        self.journal.refresh()
+        records = self.journal.records()
+        previous = {n: FlinkApp.model_validate(rec.last_applied_spec) for n, rec in records.apps.items()
+                    if rec.last_applied_spec}
+        names = set(desired) | set(previous)
+        p = plan(PlanInput(revision=revision, desired=Desired(apps=desired), previous=previous,
+                           previous_sources={}, live=observe(self.runtime, names), records=records,
+                           now=SystemClock().now(), policy=policy or Policy()), only=[APP])
+        return p.apps[0]
+
+    def rest(self, path: str) -> Any:
+        url = f"{self.runtime.kube.host}/api/v1/namespaces/{self.ns}/services/{APP}-rest:{r.REST_PORT}/proxy{path}"
+        resp = httpx.get(url, timeout=10)
+        resp.raise_for_status()
+        return resp.json()
+
+    def job_state(self, job_id: str) -> str | None:
+        try:
+            for j in self.rest("/jobs/overview")["jobs"]:
+                if j["jid"] == job_id:
+                    return str(j["state"]) if j["tasks"]["running"] == j["tasks"]["total"] or \
+                        j["state"] != "RUNNING" else "STARTING"
+        except httpx.HTTPError:
+            return None
+        return None
+
+    def restored(self, job_id: str) -> Obj | None:
+        try:
+            latest = self.rest(f"/jobs/{job_id}/checkpoints").get("latest") or {}
+        except httpx.HTTPError:
+            return None
+        out: Obj | None = latest.get("restored")
+        return out
+
+    def counts(self) -> dict[str, int]:
+        return read_counts(self.node.pvc_dir(self.ns, CLAIM) / "out")
+
+    def growing_from(self, before: dict[str, int], what: str) -> dict[str, int]:
+        """Counts that went past `before` on every key (the job runs and kept its state)."""
+        def grown() -> dict[str, int] | None:
+            c = self.counts()
+            return c if len(c) == KEYS and all(c[k] > before.get(k, 0) + 20 for k in c) else None
+        return wait_until(grown, timeout=90, interval=0.3, what=what)
+
+    def jobmanager_pods(self) -> list[Obj]:
+        return [p for p in self.runtime.kube.list("Pod", self.ns, f"{r.app_selector(APP)},{r.LABEL_COMPONENT}="
+                                                                  "jobmanager")
+                if not p["metadata"].get("deletionTimestamp")]
+
+    def jobmanager_pod(self) -> Obj:
+        pods = self.jobmanager_pods()
+        assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+        return pods[0]
+
+    def jobmanager_args(self) -> list[str]:
+        dep = self.runtime.kube.get("Deployment", self.ns, f"{APP}-jobmanager")
+        assert dep is not None
+        return list(dep["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def _arg(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args[:-1] else None
+
+
+@pytest.fixture(scope="module")
+def world(_standin: Standin | None, flink_home: Path, counter_jar: Path,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sWorld]:
+    if _standin is None or KUBECONFIG:
+        pytest.skip("needs the stand-in: on a real API server the pods would need its service proxy to reach "
+                    "127.0.0.x (refused) and Flink's Kubernetes HA would need a real cluster")
+    if (why := needs_root_reason()) is not None:
+        pytest.skip(why)
+    tmp = tmp_path_factory.mktemp("k8s-e2e")
+    usrlib = tmp / "image-usrlib"
+    usrlib.mkdir()
+    shutil.copy(counter_jar, usrlib / "counter.jar")
+    cfg = k8s_client.Configuration()
+    cfg.host = _standin.url
+    cfg.api_key["BearerToken"] = "Bearer stand-in-token"
+    api = k8s_client.ApiClient(cfg)
+    ns = f"fr-e2e-{os.getpid()}"
+    _standin.set_auto_ready(False)
+    rt = NoHaRuleRuntime(api, clock=SystemClock(), namespaces=[ns], rest_via="proxy", poll_interval=0.5)
+    # The data claim (ReadWriteMany in a real cluster): state dirs and the job's output.
+    rt.kube.request("POST", f"/api/v1/namespaces/{ns}/persistentvolumeclaims", body={
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "5Gi"}}}})
+    node = ProcessNode(k8s_client.ApiClient(cfg), namespaces=[ns], workdir=tmp / "node", flink_home=flink_home,
+                       images={IMAGE: Image(flink=True, usrlib=usrlib)}, backoff_base_s=2.0)
+    with node, Journal(tmp / "state" / "journal.sqlite", SystemClock()) as journal:
+        try:
+            yield K8sWorld(api, ns, node, rt, journal, tmp / "state")
+        finally:
+            if node.errors:
+                print("process node errors:", *node.errors[-5:], sep="\n")
+            for name, text in node.all_logs():
+                if "Exception" in text or "ERROR" in text:
+                    print(f"--- {name} (tail)\n{text[-1500:]}")
+    _standin.set_auto_ready(True)
+
+
+def test_create_runs_the_job_with_taskmanagers_as_a_statefulset_with_a_pvc(world: K8sWorld) -> None:
+    w = world
+    rev = w.next_revision()
+    ap = w.plan(rev, {APP: app_spec(w.ns)})
+    assert ap.action is Action.CREATE, ap.reason
+    res = w.run(rev, ap)
+    assert res.outcome is Outcome.SUCCESS, res.message
+    assert res.job_id is not None
+    assert w.job_state(res.job_id) == "RUNNING"
+    assert w.restored(res.job_id) is None  # a new app starts empty
+    w.growing_from({}, "the counts of the new job")
+    # Seed 003: the TaskManagers are a StatefulSet; each pod has its own claim, mounted where Flink works.
+    sts = w.runtime.kube.get("StatefulSet", w.ns, f"{APP}-taskmanager")
+    assert sts is not None and sts["status"]["readyReplicas"] == 1
+    pvc = f"local-state-{APP}-taskmanager-0"
+    assert w.node._get("PersistentVolumeClaim", w.ns, pvc) is not None
+    assert any(w.node.pvc_dir(w.ns, pvc).iterdir()), "Flink's working dir is on the TaskManager's claim"
+    # The JobManager runs the official image's standalone-job with the rendered arguments.
+    args = w.jobmanager_args()
+    assert args[0] == "standalone-job" and _arg(args, "--job-id") == res.job_id
+    assert "--fromSavepoint" not in args
+
+
+def test_a_savepoint_upgrade_continues_every_count_from_the_savepoint(world: K8sWorld) -> None:
+    w = world
+    rev = w.next_revision()
+    ap = w.plan(rev, {APP: app_spec(w.ns, rate=120)})
+    assert ap.action is Action.UPGRADE, ap.reason
+    before = w.counts()
+    res = w.run(rev, ap)
+    assert res.outcome is Outcome.SUCCESS, res.message
+    assert res.savepoint is not None and res.savepoint.startswith("file:/flink-data/savepoints/savepoint-")
+    assert res.job_id is not None
+    restored = wait_until(lambda: w.restored(res.job_id or ""), timeout=30, what="Flink's restore record")
+    assert restored["external_path"] == res.savepoint and restored["is_savepoint"] is True
+    assert _arg(w.jobmanager_args(), "--fromSavepoint") == res.savepoint
+    after = w.growing_from(before, "counts continuing after the upgrade")
+    assert all(after[k] > before[k] for k in before)  # continued, never restarted from zero
+
+
+def test_a_reconciler_killed_mid_upgrade_resumes_from_the_journal(world: K8sWorld) -> None:
+    """SIGKILL of the process running the upgrade right after its stop-with-savepoint; a new executor
+    (a new reconciler process, same journal) finishes it from the savepoint the journal recorded."""
+    w = world
+    rev = w.next_revision()
+    ap = w.plan(rev, {APP: app_spec(w.ns, rate=110)})
+    assert ap.action is Action.UPGRADE, ap.reason
+    old_job = w.journal.records().apps[APP].job_id
+    assert old_job is not None
+    before = w.counts()
+    plan_file = w.state / "plan.json"
+    plan_file.write_text(json.dumps({"revision": rev, "plan": ap.model_dump(mode="json"), "ns": w.ns,
+                                     "host": w.runtime.kube.host, "journal": str(w.journal.path)}))
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(plan_file)], cwd=Path(__file__).parents[2],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: w.job_state(old_job) in ("FINISHED", None), timeout=60, interval=0.05,
+                   what="the old job stopped with a savepoint")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        out = child.communicate(timeout=10)[0].decode(errors="replace")
+    assert child.returncode == -signal.SIGKILL, out
+    w.journal.refresh()
+    inflight = w.journal.inflight(APP)
+    assert inflight is not None, "the killed execution left its in-flight record"
+    res = w.executor().resume(APP)
+    assert res is not None and res.outcome is Outcome.SUCCESS, res and res.message
+    assert res.job_id is not None and res.savepoint is not None
+    restored = wait_until(lambda: w.restored(res.job_id or ""), timeout=30, what="Flink's restore record")
+    assert restored["external_path"] == res.savepoint
+    w.growing_from(before, "counts continuing after the resumed upgrade")
+
+
+CHILD = """
+import json, sys
+from kubernetes import client as k8s_client
+from reconciler.apply.executor import AppResult, Executor
+from reconciler.apply.journal import Journal
+from reconciler.clock import SystemClock
+from reconciler.core.plan import AppPlan
+from tests.kubernetes.test_flink_on_k8s_e2e import NoHaRuleRuntime
+doc = json.load(open(sys.argv[1]))
+cfg = k8s_client.Configuration()
+cfg.host = doc["host"]
+cfg.api_key["BearerToken"] = "Bearer stand-in-token"
+rt = NoHaRuleRuntime(k8s_client.ApiClient(cfg), clock=SystemClock(), namespaces=[doc["ns"]], rest_via="proxy",
+                     poll_interval=0.5)
+from pathlib import Path
+with Journal(Path(doc["journal"]), SystemClock()) as j:
+    Executor(rt, j, SystemClock(), resolve_jar=lambda a: None, poll_interval=0.5).run_app(
+        doc["revision"], AppPlan.model_validate(doc["plan"]))
+"""
+
+
+def test_a_failed_savepoint_leaves_the_old_job_running(world: K8sWorld) -> None:
+    w = world
+    savepoints = w.node.pvc_dir(w.ns, CLAIM) / "savepoints"
+    aside = savepoints.with_name("savepoints.aside")
+    job = w.journal.records().apps[APP].job_id
+    assert job is not None
+    jm_before = w.runtime.kube.get("Deployment", w.ns, f"{APP}-jobmanager")
+    savepoints.rename(aside)
+    savepoints.write_text("not a directory: Flink cannot write a savepoint here\n")  # root ignores chmod
+    try:
+        rev = w.next_revision()
+        ap = w.plan(rev, {APP: app_spec(w.ns, rate=130)})
+        assert ap.action is Action.UPGRADE
+        res = w.run(rev, ap)
+    finally:
+        savepoints.unlink()
+        aside.rename(savepoints)
+    assert res.outcome is Outcome.FAILURE and not res.rolled_back, res.message
+    assert res.failed_step is not None and "savepoint" in res.failed_step
+    assert w.job_state(job) == "RUNNING"
+    jm_after = w.runtime.kube.get("Deployment", w.ns, f"{APP}-jobmanager")
+    assert jm_before is not None and jm_after is not None
+    assert jm_after["metadata"]["generation"] == jm_before["metadata"]["generation"]
+    w.growing_from(w.counts(), "the old job still counting")
+
+
+def test_a_bad_entry_class_is_rolled_back_from_the_fresh_savepoint(world: K8sWorld) -> None:
+    w = world
+    rev = w.next_revision()
+    ap = w.plan(rev, {APP: app_spec(w.ns, rate=130, entry_class="io.flinkreconciler.examples.NoSuchJob")})
+    assert ap.action is Action.UPGRADE, ap.reason
+    before = w.counts()
+    res = w.run(rev, ap)
+    assert res.outcome is Outcome.FAILURE and res.rolled_back is True, res.message
+    assert res.savepoint is not None and res.job_id is not None
+    args = w.jobmanager_args()
+    assert _arg(args, "--job-classname") == COUNTER_MAIN and _arg(args, "--fromSavepoint") == res.savepoint
+    restored = wait_until(lambda: w.restored(res.job_id or ""), timeout=30, what="Flink's restore record")
+    assert restored["external_path"] == res.savepoint
+    after = w.growing_from(before, "counts continuing after the rollback")
+    assert all(after[k] > before[k] for k in before)
+
+
+def test_a_killed_jobmanager_container_without_ha_reruns_the_job_from_its_stale_savepoint(world: K8sWorld) -> None:
+    """The seed's "JobManager restarted": the kubelet restarts the container, Flink reads its arguments
+    again. Without HA the job restarts from --fromSavepoint (rewinding its counts) and observe says so."""
+    w = world
+    job = w.journal.records().apps[APP].job_id
+    assert job is not None
+    stale = _arg(w.jobmanager_args(), "--fromSavepoint")
+    assert stale is not None
+    wait_until(lambda: (w.rest(f"/jobs/{job}/checkpoints").get("latest") or {}).get("completed"), timeout=30,
+               what="a checkpoint newer than the savepoint")
+    before = w.counts()
+    pod = w.jobmanager_pod()
+    w.node.kill_container(w.ns, pod["metadata"]["name"], r.MAIN_CONTAINER)
+    restored = wait_until(lambda: w.restored(job) if w.job_state(job) == "RUNNING" else None, timeout=120,
+                          what="the job running again after the restart")
+    assert restored["external_path"] == stale  # not the latest checkpoint: the state rewound
+    rewound = wait_until(lambda: (c := w.counts()) and any(c[k] < before[k] for k in before) and c, timeout=60,
+                         what="a count below its value before the restart")
+    assert rewound
+    live = w.jobmanager_pod()
+    assert live["metadata"]["name"] == pod["metadata"]["name"]
+    assert live["status"]["containerStatuses"][0]["restartCount"] == 1
+    assert live["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 137
+    message = w.runtime.observe(APP).message or ""
+    assert "restarted 1 time(s) without highAvailability" in message and stale in message
+
+
+def test_a_deleted_jobmanager_pod_without_ha_is_replaced_and_reruns_from_its_stale_savepoint(
+        world: K8sWorld) -> None:
+    w = world
+    job = w.journal.records().apps[APP].job_id
+    assert job is not None
+    stale = _arg(w.jobmanager_args(), "--fromSavepoint")
+    old = w.jobmanager_pod()["metadata"]["name"]
+    w.runtime.kube.delete("Pod", w.ns, old)
+    wait_until(lambda: [p["metadata"]["name"] for p in w.jobmanager_pods()] not in ([], [old])
+               and w.job_state(job) == "RUNNING",
+               timeout=120, what="a new JobManager pod running the job")
+    restored = wait_until(lambda: w.restored(job), timeout=30, what="Flink's restore record")
+    assert restored["external_path"] == stale
+    # A replaced pod starts at restartCount 0: observe cannot see this rewind (docs/kubernetes.md says so).
+    assert w.jobmanager_pod()["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+def test_deletion_takes_a_final_savepoint_and_stops_every_pod(world: K8sWorld) -> None:
+    w = world
+    rev = w.next_revision()
+    keeper = app_spec(w.ns).model_copy(update={"metadata": app_spec(w.ns).metadata.model_copy(
+        update={"name": "keeper"})})  # one app stays: deleting the only app trips the empty-checkout guard
+    ap = w.plan(rev, {"keeper": keeper}, policy=Policy(prune=True))
+    assert ap.action is Action.DELETE, ap.reason
+    assert [s.type for s in ap.steps] == ["StopWithSavepoint", "DeleteCluster"]
+    started = time.monotonic()
+    res = w.run(rev, ap)
+    assert res.outcome is Outcome.SUCCESS, res.message
+    assert time.monotonic() - started < 60
+    assert res.savepoint is not None
+    sp_dir = w.node.pvc_dir(w.ns, CLAIM) / res.savepoint.removeprefix("file:/flink-data/")
+    assert (sp_dir / "_metadata").is_file()
+    assert w.runtime.kube.list("Pod", w.ns, r.app_selector(APP)) == []
+    wait_until(lambda: not w.node.pods, timeout=30, what="every pod's processes stopped")
