@@ -150,11 +150,11 @@ def test_write_commit_puts_the_old_spec_on_the_branch_and_the_normal_pass_applie
         "parallelism: 1\n    state: suspended", "parallelism: 3\n    state: suspended")
     assert "rollback(orders)" in git(env.repo.work, "log", "-1", "--format=%s")
 
-    env.rec.source.fetch()
-    the_plan = env.rec.plan(sha)
-    ap = the_plan.app(APP)
-    assert ap.action is Action.UPGRADE and ap.reason == f"savepointRedeployNonce changed: redeploy from {point}"
-    env.apply(sha)
+    env.rec.sync(full=False, reason="poll")  # the daemon's next poll: an incremental pass over the changed file
+    record = env.rec.journal.record(APP)
+    assert record is not None and record.last_applied_revision == sha and record.last_outcome is Outcome.SUCCESS
+    (began,) = [t for t in env.rec.journal.history(APP) if t.revision == sha and t.outcome is Outcome.PENDING]
+    assert (began.action, began.message) == ("upgrade", f"savepointRedeployNonce changed: redeploy from {point}")
     job = env.job_of(sha)
     assert env.runtime.running_jobs(APP) == [job] and env.restored_from(job) == point
     # Applied again at the same commit: nothing to do (the nonce is the applied one now).
