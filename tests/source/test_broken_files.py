@@ -114,9 +114,8 @@ def test_a_broken_file_is_an_error_never_a_delete(mutation: str, repo: Repo, tmp
         rec.source.fetch()
         a = rec.source.resolve("A")
         base = rec.load(a)
-        for name, la in base.apps.items():
-            rec.journal.set_source_file(name, la.file)
-            rec.journal.record_applied(name, a, la.app.canonical())
+        for name, la in base.apps.items():  # A is what runs: its records say so
+            rec.journal.record_adopted(name, a, la.app.canonical(), source_file=la.file)
         baseline = rec.plan(a)  # a dry run observes no clusters: the same "repair" with or without the break
         if not incremental:
             rec = make_reconciler(settings, FakeClock(), report=False)
