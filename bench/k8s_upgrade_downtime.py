@@ -1,0 +1,179 @@
+"""Upgrade downtime on the kubernetes runtime (the test process node) next to the local runtime: same
+counter job, same spec values, same run, upgrades alternating K, L, K, L ... so machine load hits both alike.
+
+- local: LocalRuntime, a Flink session cluster on this host; an upgrade stops the job with a savepoint
+  and submits the new one to the same JobManager.
+- kubernetes: KubernetesRuntime against the stand-in API server with tests/kubernetes/process_node.py
+  running the pods (real Flink JVMs); an upgrade stops the job with a savepoint, then replaces the
+  JobManager Deployment (application mode: the new pod runs the new job with --fromSavepoint), while the
+  TaskManager StatefulSet keeps running. The app runs without HA (Flink's Kubernetes HA cannot run against
+  the stand-in; see tests/kubernetes/test_flink_on_k8s_e2e.py), with heartbeat.timeout 10 s so that the
+  TaskManager finds the new JobManager quickly (without HA it learns of it only by that timeout).
+
+Each upgrade is the real planner + Executor (a job-argument change, upgradeMode savepoint). Measured from
+the executor's step timings: downtime = StopWithSavepoint + EnsureCluster + StartJob + AwaitRunning
+(stop request -> every task of the new job running), and each step apart.
+
+    sudo .venv/bin/python bench/k8s_upgrade_downtime.py [--cycles 3] [--json out.json]
+
+Needs root (the process node's mount namespaces), Java 17, javac and apache-flink-libraries. Prints one
+JSON line per upgrade, then a JSON summary and a Markdown table of medians. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kubernetes import client as k8s_client  # noqa: E402
+
+from reconciler.apply.executor import AppResult, Executor  # noqa: E402
+from reconciler.apply.journal import Journal  # noqa: E402
+from reconciler.clock import SystemClock  # noqa: E402
+from reconciler.core.observed import Outcome  # noqa: E402
+from reconciler.core.plan import Action  # noqa: E402
+from reconciler.core.planner import Desired, PlanInput, Policy, plan  # noqa: E402
+from reconciler.live.local import LocalRuntime  # noqa: E402
+from reconciler.live.local_config import find_flink_home  # noqa: E402
+from reconciler.live.observe import observe  # noqa: E402
+from reconciler.live.ports import Runtime  # noqa: E402
+from reconciler.spec.model import FlinkApp  # noqa: E402
+from tests.fixtures.flink import COUNTER_DIR, counter_app  # noqa: E402
+from tests.kubernetes.process_node import Image, ProcessNode, needs_root_reason  # noqa: E402
+from tests.kubernetes.standin import Standin  # noqa: E402
+from tests.kubernetes.test_flink_on_k8s_e2e import APP, CLAIM, IMAGE, NoHaRuleRuntime, app_spec  # noqa: E402
+
+STEPS = ("StopWithSavepoint", "EnsureCluster", "StartJob", "AwaitRunning")
+
+
+class Driver:
+    """One runtime, one app, one journal: create once, then upgrade on demand."""
+
+    def __init__(self, name: str, runtime: Runtime, journal: Journal, spec: Callable[[int], FlinkApp],
+                 jar: Path | None) -> None:
+        self.name, self.runtime, self.journal, self.spec, self.jar = name, runtime, journal, spec, jar
+        self.rev = 0
+
+    def step(self, rate: int) -> AppResult:
+        self.rev += 1
+        revision = f"{self.rev:040x}"
+        desired = self.spec(rate)
+        records = self.journal.records()
+        previous = {n: FlinkApp.model_validate(r.last_applied_spec) for n, r in records.apps.items()
+                    if r.last_applied_spec}
+        names = {desired.name} | set(previous)
+        p = plan(PlanInput(revision=revision, desired=Desired(apps={desired.name: desired}), previous=previous,
+                           previous_sources={}, live=observe(self.runtime, names), records=records,
+                           now=SystemClock().now(), policy=Policy()), only=[desired.name])
+        ap = p.apps[0]
+        if ap.action not in (Action.CREATE, Action.UPGRADE):
+            raise SystemExit(f"{self.name}: unexpected plan {ap.action}: {ap.reason}")
+        ex = Executor(self.runtime, self.journal, SystemClock(), resolve_jar=lambda a: self.jar, poll_interval=0.2)
+        res = ex.run_app(revision, ap)
+        if res.outcome is not Outcome.SUCCESS:
+            raise SystemExit(f"{self.name}: {ap.action.value} failed: {res.message}")
+        return res
+
+
+def build_jar(out: Path, flink_home: Path) -> Path:
+    env = {**os.environ, "FLINK_HOME": str(flink_home)}
+    subprocess.run(["bash", str(COUNTER_DIR / "build.sh"), str(out)], env=env, check=True, capture_output=True)
+    return out
+
+
+def row(runtime: str, cycle: int, res: AppResult) -> dict[str, Any]:
+    t = dict(res.step_timings)
+    out: dict[str, Any] = {"runtime": runtime, "cycle": cycle, **{s: round(t.get(s, 0.0), 3) for s in STEPS}}
+    out["downtime"] = round(sum(t.get(s, 0.0) for s in STEPS), 3)
+    return out
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| runtime | upgrades | downtime (median s) | " + " | ".join(STEPS) + " |",
+             "|---|---:|---:|" + "---:|" * len(STEPS)]
+    for rt in ("local", "kubernetes"):
+        mine = [r for r in rows if r["runtime"] == rt]
+        if not mine:
+            continue
+        med = {k: statistics.median(r[k] for r in mine) for k in ("downtime", *STEPS)}
+        lines.append(f"| {rt} | {len(mine)} | {med['downtime']:.2f} | "
+                     + " | ".join(f"{med[s]:.2f}" for s in STEPS) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cycles", type=int, default=3, help="upgrades per runtime (default 3)")
+    ap.add_argument("--json", type=Path, help="also write the rows and the summary here")
+    args = ap.parse_args(argv)
+    if (why := needs_root_reason()) is not None:
+        raise SystemExit(why)
+    flink_home = find_flink_home()
+    tmp = Path(tempfile.mkdtemp(prefix="k8s-downtime-"))
+    rows: list[dict[str, Any]] = []
+    try:
+        jar = build_jar(tmp / "counter.jar", flink_home)
+        usrlib = tmp / "usrlib"
+        usrlib.mkdir()
+        shutil.copy(jar, usrlib / "counter.jar")
+        local_rt = LocalRuntime(tmp / "local", clock=SystemClock(), flink_home=flink_home)
+
+        def local_spec(rate: int) -> FlinkApp:
+            return counter_app("bench-local", jar_uri="counter.jar", output_dir=str(tmp / "local-out"), rate=rate,
+                               parallelism=2, slots=2)
+
+        with Standin() as standin, Journal(tmp / "local" / "journal.sqlite", SystemClock()) as lj, \
+                Journal(tmp / "k8s" / "journal.sqlite", SystemClock()) as kj:
+            standin.set_auto_ready(False)
+            cfg = k8s_client.Configuration()
+            cfg.host = standin.url
+            cfg.api_key["BearerToken"] = "Bearer stand-in-token"
+            ns = "bench"
+            k8s_rt = NoHaRuleRuntime(k8s_client.ApiClient(cfg), clock=SystemClock(), namespaces=[ns],
+                                     rest_via="proxy", poll_interval=0.2)
+            k8s_rt.kube.request("POST", f"/api/v1/namespaces/{ns}/persistentvolumeclaims", body={
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM},
+                "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
+            with ProcessNode(k8s_client.ApiClient(cfg), namespaces=[ns], workdir=tmp / "node", flink_home=flink_home,
+                             images={IMAGE: Image(flink=True, usrlib=usrlib)}, backoff_base_s=2.0):
+                drivers = [Driver("kubernetes", k8s_rt, kj, lambda rate: app_spec(ns, rate=rate), None),
+                           Driver("local", local_rt, lj, local_spec, jar)]
+                try:
+                    for d in drivers:
+                        d.step(100)  # create (not measured)
+                    for cycle in range(args.cycles):
+                        for d in drivers:
+                            res = d.step(101 + cycle)
+                            r = row(d.name, cycle, res)
+                            rows.append(r)
+                            print(json.dumps(r), flush=True)
+                finally:
+                    for d in drivers:
+                        app = APP if d.name == "kubernetes" else "bench-local"
+                        d.runtime.delete_cluster(app, deadline=SystemClock().monotonic() + 90)
+        local_rt.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    summary = {rt: {k: statistics.median(r[k] for r in rows if r["runtime"] == rt) for k in ("downtime", *STEPS)}
+               for rt in ("local", "kubernetes") if any(r["runtime"] == rt for r in rows)}
+    print(json.dumps({"summary": summary}))
+    print(markdown(rows))
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "summary": summary}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
