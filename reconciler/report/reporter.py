@@ -24,7 +24,7 @@ from reconciler.report.status import BatchStatusSink, CommitStatus, StatusSink
 
 log = logging.getLogger(__name__)
 
-Key = tuple[str, str]  # (revision, context)
+Key = tuple[str, str]  # (revision, app): an app has one context, and its name is shared, not built per status
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,9 @@ class _SinkWorker:
         self._recheck = recheck
         self._cond = threading.Condition()
         self._queue: OrderedDict[Key, _Item] = OrderedDict()
-        self._last: OrderedDict[Key, CommitStatus] = OrderedDict()  # last posted, bounded LRU
+        # The hash of the last status posted per key, a bounded LRU: 50,000 statuses cost a few MB, not the
+        # statuses themselves (their descriptions) kept for the life of the daemon.
+        self._last: OrderedDict[Key, int] = OrderedDict()
         self._blocked_until = 0.0
         self._stop = False
         self._counts = {"posted": 0, "skipped": 0, "retries": 0, "failed": 0, "dropped": 0}
@@ -81,13 +83,13 @@ class _SinkWorker:
     # ---- called from the reconciling side: never blocks on I/O
 
     def submit(self, status: CommitStatus) -> None:
-        key = (status.revision, status.context)
+        key = (status.revision, status.app)
         with self._cond:
             queued = self._queue.get(key)
             if queued is not None and queued.status == status:
                 self._counts["skipped"] += 1
                 return
-            if queued is None and self._last.get(key) == status:
+            if queued is None and self._last.get(key) == hash(status):
                 self._counts["skipped"] += 1
                 return
             if queued is None and len(self._queue) >= self._max_pending:
@@ -180,16 +182,18 @@ class _SinkWorker:
                 item.inflight = False
 
     def _settle(self, items: Sequence[_Item], error: ReportError | None) -> None:
+        retried: list[tuple[_Item, float]] = []
+        gave_up: list[_Item] = []
         with self._cond:
             now = self._clock.monotonic()
             for item in items:
-                key = (item.status.revision, item.status.context)
+                key = (item.status.revision, item.status.app)
                 current = self._queue.get(key)
                 superseded = current is not item
                 item.inflight = False
                 if error is None:
                     self._counts["posted"] += 1
-                    self._last[key] = item.status
+                    self._last[key] = hash(item.status)
                     self._last.move_to_end(key)
                     while len(self._last) > self._remember:
                         self._last.popitem(last=False)
@@ -205,9 +209,7 @@ class _SinkWorker:
                 if not retryable or item.attempts >= self._policy.max_attempts:
                     del self._queue[key]
                     self._counts["failed"] += 1
-                    log.error("%s: gave up on %s %s for %s after %d attempt(s): %s", self.sink.name,
-                              item.status.context, item.status.state.value, item.status.revision[:12],
-                              item.attempts, error)
+                    gave_up.append(item)
                     continue
                 retry_after = error.retry_after if isinstance(error, TransientReportError) else None
                 delay = self._policy.delay(item.attempts, retry_after)
@@ -215,10 +217,34 @@ class _SinkWorker:
                 if retry_after is not None:
                     self._blocked_until = max(self._blocked_until, now + retry_after)
                 self._counts["retries"] += 1
-                log.warning("%s: posting %s %s for %s failed (attempt %d), retrying in %.1f s: %s",
-                            self.sink.name, item.status.context, item.status.state.value,
-                            item.status.revision[:12], item.attempts, delay, error)
+                retried.append((item, delay))
             self._cond.notify_all()
+        self._log_failures(retried, gave_up, error)
+
+    def _log_failures(self, retried: Sequence[tuple[_Item, float]], gave_up: Sequence[_Item],
+                      error: ReportError | None) -> None:
+        """One line per status, or one line for a whole batch (a full pass's 10,000 statuses share one
+        failed push: 10,000 identical warnings would bury everything else)."""
+        if len(retried) == 1:
+            item, delay = retried[0]
+            log.warning("%s: posting %s %s for %s failed (attempt %d), retrying in %.1f s: %s",
+                        self.sink.name, item.status.context, item.status.state.value,
+                        item.status.revision[:12], item.attempts, delay, error)
+        elif retried:
+            item, delay = retried[0]
+            log.warning("%s: posting %d statuses (%s %s for %s, ...) failed (attempt %d), retrying in %.1f s: %s",
+                        self.sink.name, len(retried), item.status.context, item.status.state.value,
+                        item.status.revision[:12], item.attempts, delay, error)
+        if len(gave_up) == 1:
+            item = gave_up[0]
+            log.error("%s: gave up on %s %s for %s after %d attempt(s): %s", self.sink.name,
+                      item.status.context, item.status.state.value, item.status.revision[:12],
+                      item.attempts, error)
+        elif gave_up:
+            item = gave_up[0]
+            log.error("%s: gave up on %d statuses (%s %s for %s, ...) after %d attempt(s): %s", self.sink.name,
+                      len(gave_up), item.status.context, item.status.state.value, item.status.revision[:12],
+                      item.attempts, error)
 
 
 class Reporter:
@@ -230,7 +256,7 @@ class Reporter:
         clock: Clock,
         *,
         retry: RetryPolicy | None = None,
-        max_pending: int = 10_000,
+        max_pending: int = 200_000,  # a shard of 50,000 apps queues a full pass's statuses at once
         remember: int = 50_000,
         recheck_interval: float = 1.0,
     ) -> None:

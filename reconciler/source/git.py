@@ -17,11 +17,13 @@ import base64
 import hashlib
 import logging
 import os
+import random
 import re
 import shlex
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -399,7 +401,7 @@ class GitSource:
         status, out, _ = self._exec(["notes", "--ref", ref, "show", sha])
         return out.decode() if status == 0 else None
 
-    def push_notes(self, ref: str = NOTES_REF, *, attempts: int = 5) -> None:
+    def push_notes(self, ref: str = NOTES_REF, *, attempts: int = 12) -> None:
         """Publish our note lines on origin without clobbering another writer's.
 
         Fetch origin's notes, put the lines written here since the last push on top of them, push
@@ -444,6 +446,8 @@ class GitSource:
                 if not any(p in err.lower() for p in _NON_FAST_FORWARD):
                     raise self._classify(f"push notes to {self._url}", err)
                 log.info("notes push to %s raced another writer (attempt %d), retrying", self._url, attempt)
+                # Shards push to one notes ref at once: a random pause breaks the lockstep of their retries.
+                time.sleep(random.uniform(0.0, min(2.0, 0.05 * 2**attempt)))
             raise SourceError(f"push notes to {self._url} kept being rejected after {attempts} attempts: {last_error}")
 
     def read_notes(self, ref: str = NOTES_REF) -> dict[str, str]:

@@ -114,3 +114,24 @@ def test_a_batch_for_one_commit_writes_its_note_once(tmp_path: Path) -> None:
     git(repo.work, "fetch", "-q", "origin", "refs/notes/*:refs/notes/*")
     note = git(repo.work, "notes", "--ref=flink-reconciler", "show", sha).splitlines()
     assert len(note) == 50 and "flink-reconciler/app-3: failure - later wins" in note
+
+
+def test_a_failed_push_of_a_whole_pass_is_one_warning_not_one_per_app(
+    up: Upstream, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    src = GitSource(str(up.origin), tmp_path / "cache")
+    sha = src.fetch().new_sha
+    up.origin.rename(up.root / "away.git")
+    with caplog.at_level("WARNING", logger="reconciler.report.reporter"), Reporter([GitNotesSink(src)],
+                                                                                    FakeClock()) as reporter:
+        for i in range(200):
+            reporter.report(CommitStatus(sha, f"app-{i:03d}", Outcome.PENDING, "create"))
+        deadline = 100
+        while reporter.stats()["git-notes"].retries < 200 and deadline:
+            reporter.flush(0.1)
+            deadline -= 1
+        assert reporter.stats()["git-notes"].retries == 200  # the clock stands still: one attempt each
+        lines = [r.getMessage() for r in caplog.records if "git-notes: posting" in r.getMessage()]
+        counted = sum(int(m.split("posting ")[1].split(" ")[0]) if " statuses (" in m else 1 for m in lines)
+        assert counted == 200 and len(lines) <= 3, lines
+        up.root.joinpath("away.git").rename(up.origin)
