@@ -166,7 +166,8 @@ class ProcessNode:
     def __init__(self, api_client: k8s_client.ApiClient, *, namespaces: list[str], workdir: Path,
                  images: dict[str, Image], flink_home: Path | None = None, controllers: bool = True,
                  bind_via_subresource: bool = False, tick_s: float = 0.3, probe_period_s: float = 1.0,
-                 backoff_base_s: float = 10.0, extra_java_opts: tuple[str, ...] = ()) -> None:
+                 backoff_base_s: float = 10.0, extra_java_opts: tuple[str, ...] = (),
+                 pod_env: dict[str, str] | None = None) -> None:
         self.kube = Kube(api_client, timeout=10.0)
         self.namespaces = namespaces
         self.workdir = workdir
@@ -176,6 +177,7 @@ class ProcessNode:
         self.bind_via_subresource = bind_via_subresource  # a real API server: POST pods/binding
         self.tick_s, self.probe_period_s, self.backoff_base_s = tick_s, probe_period_s, backoff_base_s
         self.extra_java_opts = extra_java_opts
+        self.pod_env = pod_env or {}  # what a kubelet adds to every container (e.g. how to reach the API)
         self.pods: dict[tuple[str, str], PodRun] = {}
         self.errors: list[str] = []
         self._ip_next = 2
@@ -533,7 +535,7 @@ class ProcessNode:
         fields = {"status.podIP": run.ip, "status.hostIP": "127.0.0.1", "metadata.name": run.name,
                   "metadata.namespace": run.ns, "metadata.uid": run.uid, "spec.nodeName": NODE_NAME,
                   "spec.serviceAccountName": str(pod["spec"].get("serviceAccountName", "default"))}
-        env: dict[str, str] = {}
+        env: dict[str, str] = dict(self.pod_env)
         for e in spec.get("env") or []:
             if "value" in e:
                 env[e["name"]] = expand(str(e["value"]), env)

@@ -5,7 +5,9 @@ kmock gives us the HTTP server, URL parsing into (group, version, plural, namesp
 API discovery and Status-shaped errors. Its emulator stores objects as plain merged dicts, so this
 subclass takes over the object requests and adds what our code relies on (see ../shared/K8S_TESTING.md):
 
-- label selectors on list (``=``, ``==``, ``!=``, ``in``, ``notin``, ``key``, ``!key``);
+- label selectors on list and watch (``=``, ``==``, ``!=``, ``in``, ``notin``, ``key``, ``!key``), field
+  selectors ``metadata.name`` / ``metadata.namespace``; watch as a stream of JSON lines (changes found by
+  comparing the store every 50 ms: intermediate states are not sent), for Flink's Kubernetes HA;
 - server-side apply (``application/apply-patch+yaml``): create or merge, minimal ``managedFields`` per
   manager, 409 ``Conflict`` naming the other manager and field when it owns a field with a different
   value and ``force`` is not set; ``force=true`` takes the fields over; fields a manager stops applying
@@ -31,7 +33,7 @@ subclass takes over the object requests and adds what our code relies on (see ..
 - a request log and counter per (verb, resource) for the benchmark and the RBAC test.
 
 Known deviations from the real server, none of which our code depends on: no admission, no validation
-beyond names, no namespace existence check, no watch semantics beyond kmock's, GC is synchronous
+beyond names, no namespace existence check, watches skip intermediate states, GC is synchronous
 (the real collector is eventually consistent; our code waits for it anyway), lists are atomic in SSA
 (the real server merges ``listType=map`` lists such as containers by key).
 """
@@ -331,7 +333,7 @@ class StandinApi(kmock.KubernetesEmulator):
         self._log(verb, group, plural + (f"/{sub}" if sub else ""), ns, request)
         try:
             if verb == "watch":
-                raise ApiError(405, "MethodNotAllowed", "watch is not served by the stand-in (our code lists)")
+                return await self._watch(request, group, plural, ns)
             body = self._route(method, group, plural, ns, name, sub, request)
             code = 201 if method == "POST" or (method == "PATCH" and self._created) else 200
             return aiohttp.web.json_response(body, status=code)
@@ -355,7 +357,8 @@ class StandinApi(kmock.KubernetesEmulator):
         if not namespaced:
             ns = None
         if method == "GET" and name is None:
-            return self._list(group, plural, ns, request.params.get("labelSelector", ""))
+            return self._list(group, plural, ns, request.params.get("labelSelector", ""),
+                              request.params.get("fieldSelector", ""))
         if method == "POST":
             data = self._json(request)
             return self._create(group, plural, ns, data, request.params.get("fieldManager") or "unknown")
@@ -417,11 +420,55 @@ class StandinApi(kmock.KubernetesEmulator):
         out = copy.deepcopy(obj)
         return out
 
-    def _list(self, group: str, plural: str, ns: str | None, selector: str) -> Obj:
-        reqs = parse_selector(selector)
-        items = [self._public(o) for (g, p, n, _), o in sorted(self.store.items(), key=lambda kv: str(kv[0]))
-                 if g == group and p == plural and (ns is None or n == ns)
-                 and selector_matches(reqs, o.get("metadata", {}).get("labels") or {})]
+    def _matching(self, group: str, plural: str, ns: str | None, selector: str,
+                  fields: str) -> dict[tuple[str, str, str | None, str], Obj]:
+        reqs, freqs = parse_selector(selector), parse_selector(fields)
+        return {k: o for k, o in sorted(self.store.items(), key=lambda kv: str(kv[0]))
+                if k[0] == group and k[1] == plural and (ns is None or k[2] == ns)
+                and selector_matches(reqs, o.get("metadata", {}).get("labels") or {})
+                and selector_matches(freqs, {"metadata.name": k[3], "metadata.namespace": k[2] or ""})}
+
+    async def _watch(self, request: kmock.Request, group: str, plural: str,
+                     ns: str | None) -> aiohttp.web.StreamResponse:
+        """A watch as a stream of JSON lines: the store is compared every 50 ms with what the watcher has
+        seen (intermediate states between two looks are not sent; informers only need the latest)."""
+        if not KINDS[(group, plural)][1]:
+            ns = None
+        sel, fields = request.params.get("labelSelector", ""), request.params.get("fieldSelector", "")
+        since = int(request.params.get("resourceVersion") or 0)
+        end = asyncio.get_running_loop().time() + float(request.params.get("timeoutSeconds") or 1800)
+        resp = aiohttp.web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        raw = request._raw_request
+        assert raw is not None
+        await resp.prepare(raw)
+        # No resourceVersion: every current object as ADDED first (as the real server does); with one: what
+        # changed after it.
+        seen = {k: o["metadata"]["resourceVersion"] for k, o in self._matching(group, plural, ns, sel, fields).items()
+                if since and int(o["metadata"]["resourceVersion"]) <= since}
+        while asyncio.get_running_loop().time() < end:
+            now = self._matching(group, plural, ns, sel, fields)
+            out: list[Obj] = []
+            for k, o in now.items():
+                rv = o["metadata"]["resourceVersion"]
+                if seen.get(k) != rv:
+                    out.append({"type": "MODIFIED" if k in seen else "ADDED", "object": self._public(o)})
+                    seen[k] = rv
+            for k in [k for k in seen if k not in now]:
+                del seen[k]
+                out.append({"type": "DELETED", "object": {"apiVersion": "v1", "kind": KINDS[(group, plural)][0],
+                                                          "metadata": {"name": k[3], "namespace": k[2],
+                                                                       "resourceVersion": str(self.rv)}}})
+            try:
+                for ev in out:
+                    await resp.write(json.dumps(ev).encode() + b"\n")
+            except (ConnectionError, RuntimeError):
+                return resp
+            await asyncio.sleep(0.05)
+        await resp.write_eof()
+        return resp
+
+    def _list(self, group: str, plural: str, ns: str | None, selector: str, fields: str = "") -> Obj:
+        items = [self._public(o) for o in self._matching(group, plural, ns, selector, fields).values()]
         for it in items:  # the real API omits them on list items
             it.pop("apiVersion", None)
             it.pop("kind", None)
