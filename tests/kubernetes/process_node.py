@@ -228,11 +228,22 @@ class ProcessNode:
                 if self.controllers:
                     self._deployments(ns)
                     self._statefulsets(ns)
+                    self._collect_orphans(ns)
                 pods = {p["metadata"]["name"]: p for p in self.kube.list("Pod", ns, "")}
                 self._kubelet(ns, pods)
                 self._endpoints(ns)
 
     # ---- controllers ----
+    def _collect_orphans(self, ns: str) -> None:
+        """The garbage collector's part for pods: a pod whose controlling Deployment/StatefulSet is gone (it
+        was deleted while the controller created the pod) is deleted, as the real collector eventually does."""
+        owners = {o["metadata"]["uid"] for kind in ("Deployment", "StatefulSet") for o in self.kube.list(kind, ns, "")}
+        for p in self.kube.list("Pod", ns, ""):
+            refs = [r for r in p["metadata"].get("ownerReferences") or [] if r.get("controller")
+                    and r.get("kind") in ("Deployment", "StatefulSet")]
+            if refs and refs[0].get("uid") not in owners and not p["metadata"].get("deletionTimestamp"):
+                self._delete_pod(ns, p["metadata"]["name"])
+
     def _owned_pods(self, ns: str, owner: Obj) -> list[Obj]:
         uid = owner["metadata"]["uid"]
         return [p for p in self.kube.list("Pod", ns, "")
@@ -246,7 +257,12 @@ class ProcessNode:
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": kind, "name": owner["metadata"]["name"],
                                  "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]},
             "spec": template["spec"]}
-        self.kube.request("POST", Kube.path("Pod", ns), query=[("fieldManager", "kube-controller-manager")], body=body)
+        try:
+            self.kube.request("POST", Kube.path("Pod", ns), query=[("fieldManager", "kube-controller-manager")],
+                              body=body)
+        except KubernetesApiError as e:
+            if e.code != 409:  # already created
+                raise
 
     def _get(self, kind: str, ns: str, name: str) -> Obj | None:
         try:
@@ -269,9 +285,13 @@ class ProcessNode:
         if {k: v for k, v in (obj.get("status") or {}).items() if k in status} == status and \
                 set(obj.get("status") or {}) <= set(status):
             return
-        self.kube.request("PATCH", Kube.path(kind, obj["metadata"]["namespace"], obj["metadata"]["name"]) + "/status",
-                          query=[("fieldManager", "kube-controller-manager")], body={"status": status},
-                          content_type="application/merge-patch+json")
+        try:
+            self.kube.request("PATCH", Kube.path(kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
+                              + "/status", query=[("fieldManager", "kube-controller-manager")], body={"status": status},
+                              content_type="application/merge-patch+json")
+        except KubernetesApiError as e:
+            if e.code != 404:  # deleted since it was listed
+                raise
 
     def _deployments(self, ns: str) -> None:
         for dep in self.kube.list("Deployment", ns, ""):
@@ -392,7 +412,12 @@ class ProcessNode:
                     "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                     "message": f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found.'}]})
                 return None
-        self._bind(ns, name)
+        try:
+            self._bind(ns, name)
+        except KubernetesApiError as e:
+            if e.code == 404:  # deleted since it was listed
+                return None
+            raise
         ip = self._alloc_ip()
         d = self.workdir / "pods" / ns / f"{name}-{pod['metadata']['uid'][:8]}"
         d.mkdir(parents=True, exist_ok=True)
