@@ -360,7 +360,10 @@ def jobmanager_args(app: FlinkApp, *, job_id: str | None, restore_path: str | No
                     allow_non_restored_state: bool, jar_path: str | None, fetched: bool) -> list[str]:
     args = ["standalone-job"]
     if app.spec.high_availability.enabled:
-        args += ["--host", "$(POD_IP)"]
+        # The JobManager advertises its pod IP. Not `--host`: the application entry point has no such option,
+        # and its parser stops at the first unknown one, so every option after it (--job-classname, --job-id,
+        # --fromSavepoint) became a job argument and was silently ignored (seen on real Flink 2.3).
+        args += ["-D", "jobmanager.rpc.address=$(POD_IP)"]
     if app.spec.job.entry_class:
         args += ["--job-classname", app.spec.job.entry_class]
     if job_id:

@@ -103,7 +103,8 @@ def test_jobmanager_args_application_mode_and_restore() -> None:
     jm = _by(CASES["restore"], "Deployment", "counter-jobmanager")
     c = jm["spec"]["template"]["spec"]["containers"][0]
     job_id = deterministic_job_id("counter", REVISION, 1)
-    assert c["args"] == ["standalone-job", "--host", "$(POD_IP)", "--job-classname", "com.example.Counter",
+    assert c["args"] == ["standalone-job", "-D", "jobmanager.rpc.address=$(POD_IP)", "--job-classname",
+                         "com.example.Counter",
                          "--job-id", job_id,
                          "--fromSavepoint", "s3://bucket/savepoints/counter/savepoint-abc",
                          "--allowNonRestoredState", "--rate", "100"]
@@ -176,7 +177,7 @@ def test_ha_objects() -> None:
     assert jm["spec"]["replicas"] == 2
     pod = jm["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "ha-app-flink"
-    assert pod["containers"][0]["args"][:3] == ["standalone-job", "--host", "$(POD_IP)"]
+    assert pod["containers"][0]["args"][:3] == ["standalone-job", "-D", "jobmanager.rpc.address=$(POD_IP)"]
 
 
 def test_suspended_keeps_only_config() -> None:
