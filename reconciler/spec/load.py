@@ -309,7 +309,7 @@ def load_file(path: str, data: bytes | Unreadable) -> tuple[list[LoadedApp], lis
                                     app=_doc_name(doc)))
             continue
         try:
-            apps.append(LoadedApp(FlinkApp.model_validate(doc), path, i, _doc_start(text, i)))
+            apps.append(LoadedApp(_shared_field_sets(FlinkApp.model_validate(doc)), path, i, _doc_start(text, i)))
         except RecursionError:
             errors.append(SpecLimitError(f"nested more than {MAX_DEPTH} levels deep", file=path))
         except ValidationError as e:
@@ -319,6 +319,28 @@ def load_file(path: str, data: bytes | Unreadable) -> tuple[list[LoadedApp], lis
 
 
 _DOC_SEPARATOR = re.compile(r"^---(?:[ \t]|$)", re.MULTILINE)
+
+
+_FIELD_SETS: dict[frozenset[str], set[str]] = {}
+
+
+def _shared_field_sets(app: FlinkApp) -> FlinkApp:
+    """`app`, each of its (frozen) models holding a shared copy of its set of explicitly given field
+    names: pydantic keeps one set per model, a dozen per app, about half of a loaded spec's memory. The
+    sets are only read (`model_fields_set`); a copy of a model copies its set before changing it."""
+    stack: list[Any] = [app]
+    while stack:
+        model = stack.pop()
+        names = model.__pydantic_fields_set__
+        shared = _FIELD_SETS.setdefault(frozenset(names), names)
+        if shared is not names:
+            object.__setattr__(model, "__pydantic_fields_set__", shared)
+        for value in model.__dict__.values():
+            if isinstance(value, BaseModel):
+                stack.append(value)
+            elif isinstance(value, (tuple, list)):
+                stack.extend(v for v in value if isinstance(v, BaseModel))
+    return app
 
 
 def _doc_start(text: str, doc_index: int) -> int:
