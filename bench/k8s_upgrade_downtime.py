@@ -6,10 +6,9 @@ counter job, same spec values, same run, upgrades alternating K, L, K, L ... so 
 - kubernetes: KubernetesRuntime against the stand-in API server with tests/kubernetes/process_node.py
   running the pods (real Flink JVMs); an upgrade stops the job with a savepoint, then replaces the
   JobManager Deployment (application mode: the new pod runs the new job with --fromSavepoint), while the
-  TaskManager StatefulSet keeps running. The app runs without HA (with HA, Flink 2.3 ignores the reconciler's job
-  id, so an HA app cannot be started yet; see tests/kubernetes/test_flink_on_k8s_e2e.py), with
-  heartbeat.timeout 10 s so that the TaskManager finds the new JobManager quickly (without HA it learns of
-  it only by that timeout).
+  TaskManager StatefulSet keeps running. The app runs without HA (NoHaRuleRuntime of
+  tests/kubernetes/test_flink_on_k8s_e2e.py), with heartbeat.timeout 10 s so that the TaskManager finds
+  the new JobManager quickly (without HA it learns of it only by that timeout).
 
 Each upgrade is the real planner + Executor (a job-argument change, upgradeMode savepoint). Measured from
 the executor's step timings: downtime = StopWithSavepoint + EnsureCluster + StartJob + AwaitRunning

@@ -67,8 +67,10 @@ PRUNABLE = ("Deployment", "StatefulSet", "Service", "ConfigMap", "RoleBinding", 
 # Kinds whose disappearance delete_cluster waits for.
 OWNED_KINDS = ("Deployment", "StatefulSet", "Service", "ConfigMap", "RoleBinding", "Role", "ServiceAccount", "Pod")
 
-# Flink's own labels on its Kubernetes HA ConfigMaps (cluster-id = the app name, see k8s_render).
-HA_CONFIGMAP_SELECTOR = "app={app},configmap-type=high-availability,type=flink-native-kubernetes"
+# Flink's own labels on its Kubernetes HA ConfigMaps (cluster-id = the app name, see k8s_render). Flink 2.3
+# sets only these two (no `configmap-type`: seen on real Flink with the test process node), so the names
+# are checked too: `<app>-cluster-config-map` and `<app>-<job id>-config-map`.
+HA_CONFIGMAP_SELECTOR = "app={app},type=flink-native-kubernetes"
 
 # Container states that do not heal by waiting: the cluster is FAILED (a deadline still decides).
 FAILING_REASONS = frozenset({
@@ -190,6 +192,15 @@ class Kube:
 
 
 # ---- status interpretation (pure) --------------------------------------------------------------
+
+def is_ha_configmap_name(app: str, name: str) -> bool:
+    """Flink's HA ConfigMap names for cluster-id `app`: the cluster's, and one per job (32 hex digits)."""
+    if name == f"{app}-cluster-config-map":
+        return True
+    middle = name.removeprefix(f"{app}-").removesuffix("-config-map")
+    return name.startswith(f"{app}-") and name.endswith("-config-map") and len(middle) == 32 \
+        and all(ch in "0123456789abcdef" for ch in middle)
+
 
 def workload_ready(obj: Obj) -> tuple[bool, str | None]:
     """(available, why-not) from a Deployment/StatefulSet's status, the way `kubectl rollout status` reads it."""
@@ -653,6 +664,8 @@ class KubernetesRuntime:
         Flink labels them itself (KubernetesUtils.getConfigMapLabels); they are not owned by our root."""
         deleted = []
         for cm in self.kube.list("ConfigMap", ns, HA_CONFIGMAP_SELECTOR.format(app=app)):
+            if not is_ha_configmap_name(app, cm["metadata"]["name"]):
+                continue
             if self.kube.delete("ConfigMap", ns, cm["metadata"]["name"]):
                 deleted.append(cm["metadata"]["name"])
         if deleted:

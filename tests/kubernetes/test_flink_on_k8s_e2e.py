@@ -14,18 +14,19 @@ record (`GET /jobs/<id>/checkpoints` -> `latest.restored`), reached through the 
 - a failed savepoint leaves the old job running and Kubernetes untouched;
 - a bad entry class is rolled back from the fresh savepoint;
 - "JobManager restarted, Job not found" (seed): the JobManager container killed, then its pod deleted;
-- deletion with a final savepoint, every pod and process gone well before the deadline.
+- deletion with a final savepoint, every pod and process gone well before the deadline;
+- with Kubernetes HA (the product's runtime, no bypass): create, savepoint upgrade, and the JobManager pod
+  deleted: the job goes on from its latest checkpoint, never from the stale savepoint of its arguments.
 
-**Kubernetes HA: runs, but the reconciler cannot start an HA app yet.** The stand-in serves watches, so
-Flink's Kubernetes HA services (fabric8 ConfigMap informers, leader election, job graphs and checkpoint
-pointers in ConfigMaps) run against it. But Flink 2.3 with HA runs the application's job under an id
-derived from `kubernetes.cluster-id`, ignoring `--job-id`, so `start_job` waits for the reconciler's
-deterministic job id until its deadline (the strict xfail at the end of this module). Stateful apps on
-Kubernetes REQUIRE HA (k8s_storage); until that is fixed, the scenarios above run the same app without HA
-through `NoHaRuleRuntime`, a test-only runtime that skips exactly that one rule (durable storage is still
-checked: the state dirs are on a PVC). The JobManager-restart tests therefore show what the rule prevents:
-without HA a restarted JobManager runs the job again from the stale `--fromSavepoint` of its arguments, and
-the counts rewind. That with HA the job goes on from its latest checkpoint is not asserted yet.
+**Kubernetes HA.** The stand-in serves watches, so Flink's Kubernetes HA services (fabric8 ConfigMap
+informers, leader election, job graphs and checkpoint pointers in ConfigMaps) run against it. Doing so
+found two bugs, fixed: the rendered `--host $(POD_IP)` is no option of the application entry point (its
+parser stopped there, so --job-id, --job-classname and --fromSavepoint were ignored), and Flink 2.3 labels
+its HA ConfigMaps without `configmap-type` (the runtime never found them to delete). The scenarios before
+the HA ones run the app without HA through `NoHaRuleRuntime`, a test-only runtime that skips exactly the
+HA-required rule (durable storage is still checked), to show what that rule prevents: without HA a
+restarted JobManager runs the job again from the stale `--fromSavepoint` of its arguments, and the counts
+rewind.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from kubernetes import client as k8s_client
 from reconciler.apply.executor import AppResult, Executor
 from reconciler.apply.journal import Journal
 from reconciler.clock import SystemClock
-from reconciler.core.observed import Outcome
+from reconciler.core.observed import ClusterPhase, Outcome
 from reconciler.core.plan import Action, AppPlan
 from reconciler.core.planner import Desired, PlanInput, Policy, plan
 from reconciler.errors import RenderError
@@ -57,6 +58,7 @@ from reconciler.live import k8s_render as r
 from reconciler.live.k8s_storage import kubernetes_spec_problems
 from reconciler.live.kubernetes import KubernetesRuntime
 from reconciler.live.observe import observe
+from reconciler.live.ports import ClusterInfo
 from reconciler.spec.model import FlinkApp
 from tests.fixtures.flink import COUNTER_MAIN, read_counts, wait_until
 from tests.kubernetes.conftest import KUBECONFIG
@@ -73,8 +75,8 @@ Obj = dict[str, Any]
 
 
 class NoHaRuleRuntime(KubernetesRuntime):
-    """The kubernetes runtime minus the HA-required rule (see the module docstring: an HA app cannot be
-    started by the reconciler yet). Every other render check still applies."""
+    """The kubernetes runtime minus the HA-required rule, to show what happens without HA (see the module
+    docstring). Every other render check still applies."""
 
     def render(self, app: FlinkApp, *, job_id: str | None = None, restore_path: str | None = None,
                allow_non_restored_state: bool = False, root_uid: str | None = None) -> list[Obj]:
@@ -86,15 +88,16 @@ class NoHaRuleRuntime(KubernetesRuntime):
                          allow_non_restored_state=allow_non_restored_state, root_uid=root_uid)
 
 
-def app_spec(ns: str, *, rate: int = 100, entry_class: str = COUNTER_MAIN) -> FlinkApp:
+def app_spec(ns: str, *, rate: int = 100, entry_class: str = COUNTER_MAIN, name: str = APP,
+             out: str = "out") -> FlinkApp:
     """The app as a user would write it for Kubernetes, minus highAvailability (see above)."""
     return FlinkApp.model_validate({
         "apiVersion": "flink-reconciler.io/v1alpha1", "kind": "FlinkApp",
-        "metadata": {"name": APP, "namespace": ns},
+        "metadata": {"name": name, "namespace": ns},
         "spec": {
             "image": IMAGE,
             "job": {"jarURI": "local:///opt/flink/usrlib/counter.jar", "entryClass": entry_class,
-                    "args": ["--output-dir", "/flink-data/out", "--keys", str(KEYS), "--rate", str(rate)],
+                    "args": ["--output-dir", f"/flink-data/{out}", "--keys", str(KEYS), "--rate", str(rate)],
                     "parallelism": 2},
             "taskManager": {"replicas": 1, "slots": 2, "volumeClaimTemplates": [
                 {"name": "local-state", "mountPath": "/flink-local", "storage": "1Gi"}]},
@@ -124,10 +127,12 @@ class K8sWorld:
     api: k8s_client.ApiClient
     ns: str
     node: ProcessNode
-    runtime: NoHaRuleRuntime
+    runtime: KubernetesRuntime  # NoHaRuleRuntime until the HA tests
     journal: Journal
     state: Path
     revision: int = 0
+    app: str = APP  # the app the helpers look at
+    out: str = "out"
 
     def executor(self) -> Executor:
         return Executor(self.runtime, self.journal, SystemClock(), resolve_jar=lambda a: None, poll_interval=0.5)
@@ -149,11 +154,11 @@ class K8sWorld:
         names = set(desired) | set(previous)
         p = plan(PlanInput(revision=revision, desired=Desired(apps=desired), previous=previous,
                            previous_sources={}, live=observe(self.runtime, names), records=records,
-                           now=SystemClock().now(), policy=policy or Policy()), only=[APP])
+                           now=SystemClock().now(), policy=policy or Policy()), only=[self.app])
         return p.apps[0]
 
     def rest(self, path: str) -> Any:
-        url = f"{self.runtime.kube.host}/api/v1/namespaces/{self.ns}/services/{APP}-rest:{r.REST_PORT}/proxy{path}"
+        url = f"{self.runtime.kube.host}/api/v1/namespaces/{self.ns}/services/{self.app}-rest:{r.REST_PORT}/proxy{path}"
         resp = httpx.get(url, timeout=10)
         resp.raise_for_status()
         return resp.json()
@@ -177,7 +182,7 @@ class K8sWorld:
         return out
 
     def counts(self) -> dict[str, int]:
-        return read_counts(self.node.pvc_dir(self.ns, CLAIM) / "out")
+        return read_counts(self.node.pvc_dir(self.ns, CLAIM) / self.out)
 
     def growing_from(self, before: dict[str, int], what: str) -> dict[str, int]:
         """Counts that went past `before` on every key (the job runs and kept its state)."""
@@ -187,7 +192,7 @@ class K8sWorld:
         return wait_until(grown, timeout=90, interval=0.3, what=what)
 
     def jobmanager_pods(self) -> list[Obj]:
-        return [p for p in self.runtime.kube.list("Pod", self.ns, f"{r.app_selector(APP)},{r.LABEL_COMPONENT}="
+        return [p for p in self.runtime.kube.list("Pod", self.ns, f"{r.app_selector(self.app)},{r.LABEL_COMPONENT}="
                                                                   "jobmanager")
                 if not p["metadata"].get("deletionTimestamp")]
 
@@ -197,7 +202,7 @@ class K8sWorld:
         return pods[0]
 
     def jobmanager_args(self) -> list[str]:
-        dep = self.runtime.kube.get("Deployment", self.ns, f"{APP}-jobmanager")
+        dep = self.runtime.kube.get("Deployment", self.ns, f"{self.app}-jobmanager")
         assert dep is not None
         return list(dep["spec"]["template"]["spec"]["containers"][0]["args"])
 
@@ -433,6 +438,11 @@ def test_a_deleted_jobmanager_pod_without_ha_is_replaced_and_reruns_from_its_sta
 
 def test_deletion_takes_a_final_savepoint_and_stops_every_pod(world: K8sWorld) -> None:
     w = world
+    job = w.journal.records().apps[APP].job_id
+    assert job is not None
+    # The replaced JobManager may restart the job once while the TaskManager re-registers: let it settle.
+    wait_until(lambda: w.job_state(job) == "RUNNING" and w.growing_from(w.counts(), "the job counting"),
+               timeout=60, what="the job running steadily")
     rev = w.next_revision()
     keeper = app_spec(w.ns).model_copy(update={"metadata": app_spec(w.ns).metadata.model_copy(
         update={"name": "keeper"})})  # one app stays: deleting the only app trips the empty-checkout guard
@@ -450,32 +460,76 @@ def test_deletion_takes_a_final_savepoint_and_stops_every_pod(world: K8sWorld) -
     wait_until(lambda: not w.node.pods, timeout=30, what="every pod's processes stopped")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Flink 2.3 with Kubernetes HA runs the application's job under an id derived from kubernetes.cluster-id "
-    "(000000006e6b1332...), ignoring --job-id (and -D $internal.pipeline.job-id / $internal.application.id), "
-    "so start_job waits for the reconciler's deterministic job id until its deadline: every stateful app "
-    "(HA is required for them) fails to start on Kubernetes. Found with this module; not fixed yet."))
-def test_with_ha_the_jobmanager_runs_the_job_the_reconciler_named(world: K8sWorld) -> None:
-    """Flink's Kubernetes HA itself runs against the stand-in (leader election and job graphs in ConfigMaps,
-    through watches): the app starts, but under another job id."""
-    w = world
-    spec = app_spec(w.ns).model_dump(by_alias=True, mode="json")
+HA_APP = "kcounter-ha"  # a new app: the deleted one's records would (rightly) block its re-creation
+
+
+def ha_spec(ns: str, *, rate: int = 100) -> FlinkApp:
+    """The same job as a user must write it for Kubernetes: with HA (storage on the PVC)."""
+    spec = app_spec(ns, rate=rate, name=HA_APP, out="out-ha").model_dump(by_alias=True, mode="json")
     spec["spec"]["highAvailability"] = {"enabled": True, "storageDir": "file:///flink-data/ha"}
-    spec["spec"]["deadlines"]["start"] = "25s"
-    ha_app = FlinkApp.model_validate(spec)
-    rt = KubernetesRuntime(w.api, clock=SystemClock(), namespaces=[w.ns], rest_via="proxy", poll_interval=0.5)
-    try:
-        rt.ensure_cluster(ha_app, deadline=SystemClock().monotonic() + 60)
-        job_id = "1" * 32
-        try:
-            started = rt.start_job(ha_app, job_id=job_id, jar=None, restore_path=None,
-                                   allow_non_restored_state=False, deadline=SystemClock().monotonic() + 25)
-        finally:
-            jobs = [j["jid"] for j in w.rest("/jobs/overview")["jobs"]]
-            print("jobs under HA:", jobs)
-            ha_maps = [c["metadata"]["name"] for c in rt.kube.list(
-                "ConfigMap", w.ns, "app=kcounter,configmap-type=high-availability,type=flink-native-kubernetes")]
-            assert f"{APP}-cluster-config-map" in ha_maps, ha_maps  # Flink's HA runs against the stand-in
-        assert started == job_id and jobs == [job_id]
-    finally:
-        rt.delete_cluster(APP, deadline=SystemClock().monotonic() + 90)
+    return FlinkApp.model_validate(spec)
+
+
+def test_with_ha_an_app_is_created_and_upgraded_by_the_plain_runtime(world: K8sWorld) -> None:
+    """HA as the HA-required rule wants it, with the product's runtime (no test-only bypass): Flink's
+    Kubernetes HA services run against the stand-in (watches, leader election, ConfigMaps)."""
+    w = world
+    w.runtime = KubernetesRuntime(w.api, clock=SystemClock(), namespaces=[w.ns], rest_via="proxy",
+                                  poll_interval=0.5)
+    w.app, w.out = HA_APP, "out-ha"
+    rev = w.next_revision()
+    ap = w.plan(rev, {HA_APP: ha_spec(w.ns)})
+    assert ap.action is Action.CREATE, ap.reason
+    res = w.run(rev, ap)
+    assert res.outcome is Outcome.SUCCESS, res.message
+    assert res.job_id is not None and w.job_state(res.job_id) == "RUNNING"
+    ha_maps = {c["metadata"]["name"] for c in w.runtime.kube.list(
+        "ConfigMap", w.ns, f"app={HA_APP},type=flink-native-kubernetes")}
+    assert {f"{HA_APP}-cluster-config-map", f"{HA_APP}-{res.job_id}-config-map"} <= ha_maps
+    before = w.growing_from({}, "counts of the HA app")
+    rev = w.next_revision()
+    ap = w.plan(rev, {HA_APP: ha_spec(w.ns, rate=120)})
+    assert ap.action is Action.UPGRADE, ap.reason
+    up = w.run(rev, ap)
+    assert up.outcome is Outcome.SUCCESS, up.message
+    assert up.job_id is not None and up.savepoint is not None
+    restored = wait_until(lambda: w.restored(up.job_id or ""), timeout=30, what="Flink's restore record")
+    assert restored["external_path"] == up.savepoint and restored["is_savepoint"] is True
+    w.growing_from(before, "counts continuing after the HA upgrade")
+
+
+def test_with_ha_a_deleted_jobmanager_pod_goes_on_from_the_latest_checkpoint(world: K8sWorld) -> None:
+    """The seed's "JobManager restarted, Job not found", with HA: the new JobManager recovers the job from
+    its HA data and restores the latest checkpoint, never the stale --fromSavepoint of its arguments."""
+    w = world
+    job = w.journal.records().apps[HA_APP].job_id
+    assert job is not None
+    stale = _arg(w.jobmanager_args(), "--fromSavepoint")
+    assert stale is not None
+    time.sleep(6)  # the savepoint gets old: a restore from it would rewind ~150 per key
+    wait_until(lambda: (w.rest(f"/jobs/{job}/checkpoints").get("latest") or {}).get("completed"), timeout=30,
+               what="a checkpoint newer than the savepoint")
+    before = w.counts()
+    old = w.jobmanager_pod()["metadata"]["name"]
+    w.runtime.kube.delete("Pod", w.ns, old)
+    lowest = dict(before)
+
+    def recovered() -> Obj | None:
+        for k, v in w.counts().items():
+            lowest[k] = min(lowest.get(k, v), v)
+        names = [p["metadata"]["name"] for p in w.jobmanager_pods()]
+        return w.restored(job) if names not in ([], [old]) and w.job_state(job) == "RUNNING" else None
+    restored = wait_until(recovered, timeout=120, what="the job recovered by a new JobManager pod")
+    assert restored["is_savepoint"] is False and restored["external_path"] != stale
+    assert "/chk-" in restored["external_path"]
+    after = w.growing_from(before, "counts continuing after the JobManager pod was replaced")
+    for k in before:
+        lowest[k] = min(lowest[k], after[k])
+        assert before[k] - lowest[k] < 80, (k, before[k], lowest[k])  # at most one checkpoint interval back
+    def ready() -> ClusterInfo | None:
+        i = w.runtime.observe(HA_APP)
+        return i if i.phase is ClusterPhase.READY else None
+    info = wait_until(ready, timeout=30, what="the app READY again")
+    assert info.message is None  # nothing rewound, nothing to warn about
+    w.runtime.delete_cluster(HA_APP, deadline=SystemClock().monotonic() + 90)
+    assert w.runtime.kube.list("ConfigMap", w.ns, f"app={HA_APP},type=flink-native-kubernetes") == []

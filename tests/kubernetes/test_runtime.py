@@ -354,10 +354,10 @@ def test_status_readers() -> None:
 # ---- Flink's HA data between two jobs of one app -------------------------------------------------
 
 def _ha_configmap(c: Cluster, name: str, app_name: str, *, ha: bool = True) -> None:
-    """A ConfigMap as Flink's Kubernetes HA services label it (KubernetesUtils.getConfigMapLabels)."""
+    """A ConfigMap as Flink 2.3's Kubernetes HA services label it (seen with the process node: no
+    `configmap-type` label). `ha=False`: someone else's ConfigMap with the same labels (not an HA name)."""
+    del ha
     labels = {"app": app_name, "type": "flink-native-kubernetes"}
-    if ha:
-        labels["configmap-type"] = "high-availability"
     c.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels},
               "data": {"leader": "x"}}, manager="flink")
 
