@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import collections
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from reconciler.clock import FakeClock
+from reconciler.core.observed import Checkpoint, ClusterPhase
 from reconciler.core.plan import Action, Plan
 from reconciler.daemon.service import Reconciler, make_reconciler
-from reconciler.daemon.shards import Shard, shard_of
+from reconciler.daemon.shards import Shard, shard_of, shard_view
 from reconciler.errors import ConfigError
+from reconciler.live.observe import observe
+from reconciler.live.ports import ClusterInfo, Runtime
 from reconciler.settings import load_settings
 from tests.gitutil import Repo, spec
 
@@ -143,3 +146,28 @@ def test_shard_settings() -> None:
     assert load_settings({}).shard_lease_name == "flink-reconciler"
     with pytest.raises(ConfigError, match="shard 5 does not exist"):
         load_settings({"shards": 5, "shard": 5})
+
+
+class _Clusters:
+    """A runtime that lists a failed cluster for every app (no REST to call) and stores no snapshots."""
+
+    name = "stub"
+
+    def __init__(self) -> None:
+        self.evidence_asked: list[str] = []
+
+    def list_clusters(self) -> dict[str, ClusterInfo]:
+        return {n: ClusterInfo(app=n, phase=ClusterPhase.FAILED, message="crash loop") for n in NAMES}
+
+    def stored_snapshots(self, app: str) -> list[Checkpoint]:
+        self.evidence_asked.append(app)
+        return []
+
+
+def test_a_shard_observes_only_its_own_clusters() -> None:
+    runtime = _Clusters()
+    seen = observe(shard_view(cast(Runtime, runtime), Shard(1, 2)), [])
+    mine = {n for n in NAMES if shard_of(n, 2) == 1}
+    assert set(seen.apps) == mine  # another shard's cluster is no orphan of this one
+    assert set(runtime.evidence_asked) == mine  # and its storage is never read
+    assert shard_view(cast(Runtime, runtime), None) is cast(Runtime, runtime)
