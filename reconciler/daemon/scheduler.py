@@ -336,7 +336,8 @@ class Daemon:
             f"flink-reconciler {__version__}",
             f"repository: {redact_url(s.repo_url or '-')} branch={s.branch} path=/{s.path}",
             f"runtime: {s.runtime}{' (dry run)' if s.dry_run else ''}  poll={s.poll_interval:g}s "
-            f"drift={s.drift_interval:g}s  prune={'on' if s.prune else 'off'}",
+            f"drift={s.drift_interval:g}s  prune={'on' if s.prune else 'off'}"
+            + (f"  shard={s.shard} of {s.shards}" if s.shards > 1 else ""),
             f"started: {_ts(self._started_at)}",
             f"ready: {'yes' if ready else 'no'} ({why})",
         ]
