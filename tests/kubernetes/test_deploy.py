@@ -15,6 +15,7 @@ from ruamel.yaml import YAML
 
 from reconciler.live.k8s_records import ConfigMapRecordStore
 from reconciler.live.kubernetes import KubernetesRuntime, LeaseElector
+from reconciler.settings import load_settings
 from tests.kubernetes.apps import app
 from tests.kubernetes.conftest import Cluster
 from tests.kubernetes.standin import Standin
@@ -68,6 +69,11 @@ def test_deployment_runs_two_non_root_replicas_with_probes() -> None:
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert c["ports"] == [{"name": "http", "containerPort": 8080}]
+    # Two replicas must elect one leader: both reconciling would run two jobs of one app.
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["FLINK_RECONCILER_LEADER_ELECTION"] == "true"
+    # (the setting is off unless the manifest turns it on)
+    assert load_settings({"repo_url": env["FLINK_RECONCILER_REPO_URL"]}).leader_election is False
     secrets = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
     assert secrets == {"flink-reconciler-git", "flink-reconciler-webhook"}
     text = (DEPLOY / "Dockerfile").read_text()
