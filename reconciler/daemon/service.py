@@ -23,7 +23,7 @@ from reconciler.apply.migrate import migrate_sqlite_journal
 from reconciler.clock import Clock
 from reconciler.core.observed import AppRecord, Outcome, Records, SavepointRecord
 from reconciler.core.plan import Action, AppPlan, Plan
-from reconciler.core.planner import PlanInput, Policy, desired_from, plan
+from reconciler.core.planner import ADOPTED_RUNNING, PlanInput, Policy, desired_from, plan
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.shards import Shard, ShardRecordStore, shard_view
 from reconciler.errors import ConfigError, PlanStaleError, ReconcilerError, SpecError
@@ -334,6 +334,8 @@ class Reconciler:
         for ap in the_plan.apps:
             if ap.action is Action.NOOP and ap.diff and ap.desired and ap.change_class is ChangeClass.IGNORE:
                 self.journal.record_applied(ap.app, the_plan.revision, ap.desired)
+            elif ap.action is Action.NOOP and ap.reason == ADOPTED_RUNNING and ap.desired:
+                self.journal.record_adopted(ap.app, the_plan.revision, ap.desired, source_file=ap.source_file)
         for name, res in results.items():
             ap = the_plan.app(name)
             if ap.action is Action.DELETE and res.outcome is Outcome.SUCCESS:
