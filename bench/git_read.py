@@ -88,7 +88,7 @@ def bench(n: int, repeat: int, root: Path) -> dict[str, float | int]:
         "changed_paths_ms": round(timed(lambda: src.changed_paths(base, head, "apps"), repeat), 1),
         "read_paths_1_ms": round(timed(lambda: src.read_paths(head, ["apps/app-00000.yaml"]), repeat), 1),
         "resolve_ms": round(timed(lambda: src.resolve("main"), repeat), 1),
-        "bytes": sum(len(v) for v in files.values()),
+        "bytes": sum(len(v) for v in files.values() if isinstance(v, bytes)),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 
