@@ -24,7 +24,8 @@ spec:
 def test_examples_repo_is_valid() -> None:
     result = load_dir(Path(__file__).parents[2] / "examples-repo")
     assert result.errors == ()
-    assert set(result.apps) == {"orders", "clicks", "sampler", "archive"}
+    # counter is the Kubernetes example (examples-repo/k8s/)
+    assert set(result.apps) == {"orders", "clicks", "sampler", "archive", "counter"}
     modes = {a.app.spec.job.upgrade_mode.value for a in result.apps.values()}
     assert modes == {"savepoint", "last-state", "stateless"}
 
