@@ -36,9 +36,9 @@ from reconciler.core.plan import (
     StopWithSavepoint,
     deterministic_job_id,
 )
+from reconciler.core.planner import CHECKPOINT_INTERVAL_KEY
 from reconciler.spec.model import FlinkApp, JobState
 
-CHECKPOINT_INTERVAL_KEY = "execution.checkpointing.interval"
 ROLLBACK_PURPOSE = "rollback-to"  # job ids of `rollback --apply` never collide with REV's own jobs
 
 
