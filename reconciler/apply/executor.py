@@ -57,6 +57,7 @@ from reconciler.core.plan import (
 )
 from reconciler.errors import (
     DeadlineExceededError,
+    FencedError,
     JobNotFoundError,
     JournalError,
     ObserveError,
@@ -228,6 +229,10 @@ class Executor:
         try:
             with log_context(app=app):  # every line this app's execution logs names it
                 return fn()
+        except FencedError as e:  # deposed: stop here; the leader resumes from the record
+            log.warning("%s: stopped, this replica may no longer act: %s", app, e)
+            return AppResult(app=app, action=action, outcome=Outcome.FAILURE, failed_step=None,
+                             message=f"stopped: {e}")
         except Exception as e:
             log.exception("applying %s failed unexpectedly", app)
             message = f"internal error: {type(e).__name__}: {e}"

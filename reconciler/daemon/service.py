@@ -405,6 +405,8 @@ class Reconciler:
     def _report_result(self, revision: str | None, res: AppResult) -> None:
         if revision is None or res.action in (Action.ERROR, Action.BLOCKED, Action.NOOP):
             return
+        if self.leader is not None and not self.leader():
+            return  # a deposed replica reports nothing: the leader finishes the transition and reports it
         self._status(revision, res.app, res.outcome, res.message, res=res)
         if self._recovered is not None:  # keep the fallback current without re-reading every note
             for path in res.savepoints:

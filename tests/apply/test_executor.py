@@ -702,3 +702,30 @@ def test_a_stop_flink_never_received_is_a_plain_failure_with_the_old_job_running
     assert result.outcome is Outcome.FAILURE and "stays in flight" not in result.message, result.message
     assert world.journal.inflight("orders") is None  # settled: Flink does not know the trigger, the job runs
     assert live_jobs(world) == [OLD]
+
+
+def test_a_fenced_replica_stops_at_the_next_step_and_leaves_the_record_to_the_leader(world: World,
+                                                                                      tmp_path: Path) -> None:
+    """The Lease moved: the next record write is refused, so nothing after it is touched."""
+    from reconciler.errors import FencedError
+    from reconciler.live.records import FileRecordStore
+
+    class LosesTheLease(FileRecordStore):
+        writes = 0
+
+        def put(self, app: str, doc: dict[str, object], *, expected: str | None) -> str:
+            self.writes += 1
+            if self.writes > 2:  # begin and the first step_started went through
+                raise FencedError("lease flink-reconciler is held by pod-b")
+            return super().put(app, doc, expected=expected)
+
+    old, new = make_app(), make_app(parallelism=2)
+    world.rt.seed_job(old, OLD)
+    fenced = Executor(world.rt, Journal(tmp_path / "fenced" / "journal", world.clock,
+                                        store=LosesTheLease(tmp_path / "fenced" / "records")),
+                      world.clock, resolve_jar=world.resolve, poll_interval=0.2)
+    result = fenced.run(Plan(revision=REV, live_fingerprint="x", apps=(upgrade(old, new),)))["orders"]
+    assert result.outcome is Outcome.FAILURE and result.message.startswith("stopped: lease"), result.message
+    assert world.rt.submits == []  # the start never ran
+    inf = fenced.journal.inflight("orders")
+    assert inf is not None and inf.step_index == 0  # left for the leader to resume
