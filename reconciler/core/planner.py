@@ -391,19 +391,26 @@ def _deadlines(ctx: _Ctx) -> tuple[float, float, float]:
     return _s(d.savepoint), _s(d.start), _s(d.healthy)
 
 
+def start_steps(app: FlinkApp, ref: SpecRef, restore: Restore, job_id: str, *, start_s: float,
+                healthy_s: float) -> list[Step]:
+    """Cluster, job from `restore`, until it runs (and, for the desired spec with checkpointing, until a
+    first checkpoint): the tail of every plan that starts a job."""
+    steps: list[Step] = [
+        EnsureCluster(spec=ref, deadline_s=start_s),
+        StartJob(spec=ref, job_id=job_id, restore=restore,
+                 allow_non_restored_state=app.spec.job.allow_non_restored_state, deadline_s=start_s),
+        AwaitRunning(job_id=job_id, deadline_s=start_s),
+    ]
+    if ref is SpecRef.DESIRED and CHECKPOINT_INTERVAL_KEY in app.spec.flink_configuration:
+        steps.append(AwaitHealthy(job_id=job_id, deadline_s=healthy_s))
+    return steps
+
+
 def _start_steps(ctx: _Ctx, restore: Restore, job_id: str, spec: SpecRef = SpecRef.DESIRED) -> list[Step]:
     app = ctx.desired if spec is SpecRef.DESIRED else ctx.previous
     assert app is not None
     _, start, healthy = _deadlines(ctx)
-    steps: list[Step] = [
-        EnsureCluster(spec=spec, deadline_s=start),
-        StartJob(spec=spec, job_id=job_id, restore=restore,
-                 allow_non_restored_state=app.spec.job.allow_non_restored_state, deadline_s=start),
-        AwaitRunning(job_id=job_id, deadline_s=start),
-    ]
-    if spec is SpecRef.DESIRED and CHECKPOINT_INTERVAL_KEY in app.spec.flink_configuration:
-        steps.append(AwaitHealthy(job_id=job_id, deadline_s=healthy))
-    return steps
+    return start_steps(app, spec, restore, job_id, start_s=start, healthy_s=healthy)
 
 
 def _create(ctx: _Ctx) -> AppPlan:

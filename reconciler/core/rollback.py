@@ -23,20 +23,16 @@ from reconciler.core.plan import (
     CAPTURED,
     Action,
     AppPlan,
-    AwaitHealthy,
-    AwaitRunning,
     CancelJob,
-    EnsureCluster,
     Plan,
     Restore,
     RestoreKind,
     SpecRef,
-    StartJob,
     Step,
     StopWithSavepoint,
     deterministic_job_id,
 )
-from reconciler.core.planner import CHECKPOINT_INTERVAL_KEY
+from reconciler.core.planner import start_steps
 from reconciler.spec.model import FlinkApp, JobState
 
 ROLLBACK_PURPOSE = "rollback-to"  # job ids of `rollback --apply` never collide with REV's own jobs
@@ -216,12 +212,12 @@ def plan_rollback(*, app: str, revision: str, target: FlinkApp, current: FlinkAp
     if dropped:
         risks = (f"DISCARDS CURRENT STATE: app {app} restarts from {sp.path}, taken {when}; newer state is "
                  "dropped: " + "; ".join(dropped),)
-    steps: list[Step] = [*first, *_start_steps(target, SpecRef.DESIRED, Restore(kind=RestoreKind.PATH, path=sp.path),
+    steps: list[Step] = [*first, *start_steps(target, SpecRef.DESIRED, Restore(kind=RestoreKind.PATH, path=sp.path),
                                                job_id, start_s=start_s, healthy_s=healthy_s)]
     rollback: tuple[Step, ...] = ()
     if first and isinstance(first[0], StopWithSavepoint) and current is not None:
         back = deterministic_job_id(app, revision, attempt, purpose=ROLLBACK_PURPOSE + "-undo")
-        rollback = tuple(_start_steps(current, SpecRef.PREVIOUS, CAPTURED, back, start_s=start_s,
+        rollback = tuple(start_steps(current, SpecRef.PREVIOUS, CAPTURED, back, start_s=start_s,
                                               healthy_s=healthy_s))
     ap = AppPlan(**base, action=Action.UPGRADE, reason=reason, risks=risks, steps=tuple(steps),
                  rollback_after=0 if rollback else None, rollback=rollback)
@@ -233,14 +229,3 @@ def _plan(revision: str, live: LiveApp, ap: AppPlan) -> Plan:
                 apps=(ap,))
 
 
-def _start_steps(app: FlinkApp, ref: SpecRef, restore: Restore, job_id: str, *, start_s: float,
-                 healthy_s: float) -> list[Step]:
-    steps: list[Step] = [
-        EnsureCluster(spec=ref, deadline_s=start_s),
-        StartJob(spec=ref, job_id=job_id, restore=restore,
-                 allow_non_restored_state=app.spec.job.allow_non_restored_state, deadline_s=start_s),
-        AwaitRunning(job_id=job_id, deadline_s=start_s),
-    ]
-    if ref is SpecRef.DESIRED and CHECKPOINT_INTERVAL_KEY in app.spec.flink_configuration:
-        steps.append(AwaitHealthy(job_id=job_id, deadline_s=healthy_s))
-    return steps
