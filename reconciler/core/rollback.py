@@ -227,5 +227,3 @@ def plan_rollback(*, app: str, revision: str, target: FlinkApp, current: FlinkAp
 def _plan(revision: str, live: LiveApp, ap: AppPlan) -> Plan:
     return Plan(revision=revision, mode="live", live_fingerprint=LiveState(apps={live.name: live}).fingerprint(),
                 apps=(ap,))
-
-

@@ -227,7 +227,12 @@ class Reconciler:
 
     def plan_input(self, rev: str, *, only: Collection[str] | None = None) -> PlanInput:
         loaded = self.load(rev)
-        records = with_recovered(self.journal.records(), self.recovered_lineage())
+        records = self.journal.records()
+        # The notes are a fallback: read them (a fetch from origin) only when some app of this revision
+        # has no savepoint on record, never in a steady state where every record knows its own.
+        if self._recovered is not None or any(
+                not (r := records.get(name)) or not r.savepoints for name in loaded.apps):
+            records = with_recovered(records, self.recovered_lineage())
         previous: dict[str, FlinkApp] = {}
         for name, rec in records.apps.items():
             if rec.last_applied_spec:
