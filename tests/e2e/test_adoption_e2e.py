@@ -26,21 +26,19 @@ from typing import Any
 
 import pytest
 
-from reconciler.clock import SystemClock
 from reconciler.core.observed import LiveApp
-from reconciler.live.local import LocalRuntime
 from reconciler.live.observe import observe
 from tests.e2e.test_apply_e2e import (
     APP,
     E2E,
-    JAR_PATH,
     SPEC_FILE,
     app_yaml,
     kill_apply_when,
+    running_counter,
     start_step,
     step_types,
 )
-from tests.fixtures.flink import teardown_runtime, wait_until
+from tests.fixtures.flink import wait_until
 from tests.gitutil import Repo
 
 pytestmark = [pytest.mark.flink, pytest.mark.slow]
@@ -97,22 +95,8 @@ def same_path(a: str | None, b: str | None) -> bool:
 def env(counter_jar: Path, flink_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
     root = tmp_path_factory.mktemp("adoption")
     repo = Repo(root)
-    state = root / "state"
-    rt = LocalRuntime(state, clock=SystemClock(), flink_home=flink_home)
-    e = E2E(repo=repo, state=state, rt=rt)
-    repo.write(JAR_PATH, counter_jar.read_bytes())
-    e.commit("counter app")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FLINK_HOME", str(flink_home))
-        try:
-            code, out = e.apply()
-            assert code == 0, f"creating the app failed:\n{out}"
-            e.counts_at_least(1)
-            yield e
-        finally:
-            teardown_runtime(rt)
-            if NOTES:
-                print("\n[adoption e2e] " + "\n[adoption e2e] ".join(NOTES))
+    with running_counter(repo, counter_jar, flink_home, "counter app", notes=NOTES, label="adoption e2e") as e:
+        yield e
 
 
 # ------------------------------------------------------------------------------------------------

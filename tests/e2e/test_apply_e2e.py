@@ -256,16 +256,16 @@ class E2E:
             time.sleep(0.05)
 
 
-@pytest.fixture(scope="module")
-def e2e(counter_jar: Path, flink_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
-    root = tmp_path_factory.mktemp("e2e")
-    repo = Repo(root)
-    state = root / "state"
+@contextlib.contextmanager
+def running_counter(repo: Repo, counter_jar: Path, flink_home: Path, message: str, *,
+                    notes: list[str] | None = None, label: str = "e2e") -> Iterator[E2E]:
+    """The counter app committed to `repo`, applied on a local runtime beside it and counting; torn down
+    after (printing `notes`, what crash tests saw). One per test module."""
+    state = repo.origin.parent / "state"
     rt = LocalRuntime(state, clock=SystemClock(), flink_home=flink_home)
     env = E2E(repo=repo, state=state, rt=rt)
     repo.write(JAR_PATH, counter_jar.read_bytes())
-    repo.write("README.md", "GitOps repo of the e2e tests\n")
-    env.commit("counter app")
+    env.commit(message)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FLINK_HOME", str(flink_home))
         try:
@@ -275,8 +275,17 @@ def e2e(counter_jar: Path, flink_home: Path, tmp_path_factory: pytest.TempPathFa
             yield env
         finally:
             teardown_runtime(rt)
-            if CRASH_NOTES:
-                print("\n[e2e crash tests] " + "\n[e2e crash tests] ".join(CRASH_NOTES))
+            if notes:
+                print(f"\n[{label}] " + f"\n[{label}] ".join(notes))
+
+
+@pytest.fixture(scope="module")
+def e2e(counter_jar: Path, flink_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
+    repo = Repo(tmp_path_factory.mktemp("e2e"))
+    repo.write("README.md", "GitOps repo of the e2e tests\n")
+    with running_counter(repo, counter_jar, flink_home, "counter app", notes=CRASH_NOTES,
+                         label="e2e crash tests") as env:
+        yield env
 
 
 def step_types(app_plan: dict[str, Any]) -> list[str]:

@@ -23,11 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.clock import SystemClock
-from reconciler.live.local import LocalRuntime
 from reconciler.live.ports import SavepointStatus
-from tests.e2e.test_apply_e2e import APP, E2E, JAR_PATH, KEYS, SPEC_FILE
-from tests.fixtures.flink import teardown_runtime, wait_until
+from tests.e2e.test_apply_e2e import APP, E2E, KEYS, SPEC_FILE, running_counter
+from tests.fixtures.flink import wait_until
 from tests.gitutil import Repo, git
 
 pytestmark = [pytest.mark.flink, pytest.mark.slow]
@@ -41,20 +39,8 @@ def e2e(counter_jar: Path, flink_home: Path, tmp_path_factory: pytest.TempPathFa
     repo = Repo(root)
     # `--write-commit` pushes to the repository the reconciler follows: this working copy.
     git(repo.work, "config", "receive.denyCurrentBranch", "updateInstead")
-    state = root / "state"
-    rt = LocalRuntime(state, clock=SystemClock(), flink_home=flink_home)
-    env = E2E(repo=repo, state=state, rt=rt)
-    repo.write(JAR_PATH, counter_jar.read_bytes())
-    env.commit("A: counter app")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FLINK_HOME", str(flink_home))
-        try:
-            code, out = env.apply()
-            assert code == 0, f"creating the app failed:\n{out}"
-            env.counts_at_least(1)
-            yield env
-        finally:
-            teardown_runtime(rt)
+    with running_counter(repo, counter_jar, flink_home, "A: counter app") as env:
+        yield env
 
 
 def rollback(e2e: E2E, *args: str) -> tuple[int, str]:
