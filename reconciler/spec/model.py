@@ -329,6 +329,23 @@ class Deadlines(_Model):
     delete: Duration = change(ChangeClass.IGNORE, "Tearing down the cluster.", default=timedelta(minutes=2))
 
 
+class ClusterStrategy(StrEnum):
+    WARM_STANDBY = "warmStandby"  # new cluster beside the running job; the job moves once it is ready
+    COLD = "cold"  # stop the job, then restart the cluster (the cluster start is inside the downtime)
+
+
+class UpgradeSpec(_Model):
+    cluster_strategy: ClusterStrategy = change(
+        ChangeClass.IGNORE,
+        "How a change that needs new Flink JVMs (JobManager/TaskManager resources, slots, flinkConfiguration, "
+        "flinkVersion, image) reaches a running job. warmStandby: a second cluster of the new spec starts beside "
+        "the running job and the job moves to it once it is ready, so the cluster start is not downtime (the "
+        "app needs room for two clusters meanwhile). cold: stop the job, then restart the cluster (for clusters "
+        "too big to double). A runtime without warm standby goes cold; the plan says which.",
+        default=ClusterStrategy.WARM_STANDBY,
+    )
+
+
 class SavepointPolicy(_Model):
     retain: int = change(
         ChangeClass.IGNORE, "Savepoints kept per app; the one the app would restore from is never deleted, "
@@ -357,6 +374,7 @@ class AppSpec(_Model):
         ChangeClass.REDEPLOY, "JobManager high availability.", default=HighAvailability()
     )
     job: JobSpec = change(ChangeClass.UPGRADE, "The Flink job.")
+    upgrade: UpgradeSpec = change(ChangeClass.IGNORE, "How upgrades are carried out.", default=UpgradeSpec())
     deletion_policy: DeletionPolicy = change(
         ChangeClass.IGNORE, "What removing this spec from Git does (with pruning enabled).",
         default=DeletionPolicy.SAVEPOINT_THEN_DELETE,
