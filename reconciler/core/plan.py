@@ -119,6 +119,42 @@ class DeleteCluster(_Step):
     type: Literal["DeleteCluster"] = "DeleteCluster"
 
 
+# Warm standby (a change that needs new JVMs, on a runtime that can run two clusters of one app): the
+# new cluster starts beside the running job, so its start is not downtime. `generation` names that
+# cluster (deterministic per app, revision and attempt, like job ids), so a resumed step finds it.
+
+
+class StartStandbyCluster(_Step):
+    """Start a second cluster of the app for `spec`, beside the live one and without a job, and wait until
+    its TaskManagers' slots registered. The running job is not touched."""
+
+    type: Literal["StartStandbyCluster"] = "StartStandbyCluster"
+    spec: SpecRef = SpecRef.DESIRED
+    generation: str = Field(pattern=r"^[a-z0-9]{1,12}$")
+
+
+class PromoteStandby(_Step):
+    """The standby becomes the app's live cluster (where its job is submitted and watched); the old one is
+    kept, retired, so a rollback can restart the previous job on it."""
+
+    type: Literal["PromoteStandby"] = "PromoteStandby"
+    generation: str = Field(pattern=r"^[a-z0-9]{1,12}$")
+
+
+class DiscardStandby(_Step):
+    """Undo a warm standby: the retired cluster is live again (when the standby was promoted) and the
+    standby is deleted. A no-op when neither exists."""
+
+    type: Literal["DiscardStandby"] = "DiscardStandby"
+    generation: str = Field(pattern=r"^[a-z0-9]{1,12}$")
+
+
+class DeleteRetiredCluster(_Step):
+    """Delete the app's old cluster, retired by PromoteStandby, once the job runs on the new one."""
+
+    type: Literal["DeleteRetiredCluster"] = "DeleteRetiredCluster"
+
+
 class ForgetApp(_Step):
     """Stop managing the app (deletionPolicy orphan): history is kept, the cluster keeps running."""
 
@@ -127,7 +163,7 @@ class ForgetApp(_Step):
 
 Step = Annotated[
     EnsureCluster | StopWithSavepoint | CancelJob | StartJob | AwaitRunning | AwaitHealthy | DeleteCluster
-    | ForgetApp,
+    | ForgetApp | StartStandbyCluster | PromoteStandby | DiscardStandby | DeleteRetiredCluster,
     Field(discriminator="type"),
 ]
 
@@ -156,6 +192,14 @@ def describe_step(step: Step) -> str:
             return "delete the cluster"
         case ForgetApp():
             return "stop managing the app (cluster left running)"
+        case StartStandbyCluster(spec=spec, generation=gen):
+            return f"start standby cluster {gen} ({spec.value} spec) beside the running job, wait until it is ready"
+        case PromoteStandby(generation=gen):
+            return f"make standby cluster {gen} the live one (the old cluster is kept for a rollback)"
+        case DiscardStandby(generation=gen):
+            return f"discard standby cluster {gen} (the old cluster stays or is live again)"
+        case DeleteRetiredCluster():
+            return "delete the old cluster"
     raise AssertionError(step)  # pragma: no cover
 
 
@@ -165,6 +209,14 @@ class FieldChange(_Frozen):
     old: Any = None
     new: Any = None
     change_class: ChangeClassJSON
+
+
+class ClusterStrategy(StrEnum):
+    """How an upgrade reaches the job's cluster (shown in the plan)."""
+
+    JOB_ONLY = "job-only"  # the cluster is kept: only the job restarts
+    WARM_STANDBY = "warm-standby"  # a new cluster starts beside the running job; the job moves when it is ready
+    COLD = "cold"  # the job stops, then the cluster restarts (its start is downtime)
 
 
 class AppPlan(_Frozen):
@@ -178,6 +230,10 @@ class AppPlan(_Frozen):
     # Failure path: when a step at index > rollback_after fails, run `rollback` (back to `previous`).
     rollback_after: int | None = None
     rollback: tuple[Step, ...] = ()
+    # When a step at index <= rollback_after fails (the old job was not stopped): undo what the plan did
+    # beside it (a warm standby's cluster), so nothing of the failed attempt is left behind.
+    abort: tuple[Step, ...] = ()
+    cluster_strategy: ClusterStrategy | None = None  # upgrades: how the cluster is changed
     desired: dict[str, Any] | None = None  # canonical FlinkApp JSON this plan deploys
     previous: dict[str, Any] | None = None  # what ran before (the rollback target)
     source_file: str | None = None

@@ -30,15 +30,20 @@ from reconciler.core.plan import (
     AwaitHealthy,
     AwaitRunning,
     CancelJob,
+    ClusterStrategy,
     DeleteCluster,
+    DeleteRetiredCluster,
+    DiscardStandby,
     EnsureCluster,
     FieldChange,
     ForgetApp,
     Plan,
+    PromoteStandby,
     Restore,
     RestoreKind,
     SpecRef,
     StartJob,
+    StartStandbyCluster,
     Step,
     StopWithSavepoint,
     deterministic_job_id,
@@ -46,6 +51,7 @@ from reconciler.core.plan import (
 from reconciler.errors import SpecError
 from reconciler.spec.load import LoadResult, file_key
 from reconciler.spec.model import ChangeClass, Deadlines, DeletionPolicy, FlinkApp, JobState, UpgradeMode
+from reconciler.spec.model import ClusterStrategy as SpecClusterStrategy
 
 CHECKPOINT_INTERVAL_KEY = "execution.checkpointing.interval"
 OFFLINE_JOB_ID = "<running job>"  # offline previews do not know the live job id
@@ -60,6 +66,7 @@ class Policy:
     mass_delete_fraction: float = 0.5  # refuse when more than this share of known apps would go at once
     mass_delete_min: int = 3  # ... and at least this many (deleting 1 of 2 apps is not "mass")
     allow_mass_delete: bool = False
+    warm_standby: bool = False  # the runtime can run a second cluster of an app (live.ports.StandbyRuntime)
 
 
 @dataclass(frozen=True)
@@ -281,6 +288,11 @@ class _Ctx:
         rec = self.inp.records.get(self.name)
         attempt = rec.attempts + 1 if rec and rec.last_attempted_revision == self.inp.revision else 1
         return deterministic_job_id(self.name, self.inp.revision, attempt)
+
+    @property
+    def generation(self) -> str:
+        """The warm standby's cluster generation: deterministic, so a resumed step finds its cluster."""
+        return self.job_id[:8]
 
     @property
     def rollback_job_id(self) -> str:
@@ -589,13 +601,82 @@ def _upgrade(ctx: _Ctx, reason: str, action: Action | None = None) -> AppPlan:
             reason += f" (from {src.describe()})"
         elif restore.kind is RestoreKind.NONE and not risks:
             reason += " (from empty state: no savepoint or checkpoint of it anywhere)"
-    steps = [first, *_start_steps(ctx, restore, ctx.job_id)]
+    via = "savepoint" if isinstance(first, StopWithSavepoint) else "cancel"
+    reason = f"{reason}: {mode.value} upgrade via {via}"
+    strategy, why = _cluster_strategy(ctx)
     rollback: tuple[Step, ...] = ()
+    if strategy is ClusterStrategy.WARM_STANDBY:
+        return _warm_standby(ctx, first, restore, f"{reason}, {why}", risks=risks, action=action)
     if ctx.previous is not None:
         rollback = tuple(_start_steps(ctx, restore, ctx.rollback_job_id, spec=SpecRef.PREVIOUS))
-    via = "savepoint" if isinstance(first, StopWithSavepoint) else "cancel"
-    return ctx.app_plan(action or Action.UPGRADE, f"{reason}: {mode.value} upgrade via {via}", risks=risks,
-                        steps=tuple(steps), rollback_after=0, rollback=rollback)
+    steps = [first, *_start_steps(ctx, restore, ctx.job_id)]
+    return ctx.app_plan(action or Action.UPGRADE, f"{reason}, {why}" if why else reason, risks=risks,
+                        steps=tuple(steps), rollback_after=0, rollback=rollback, cluster_strategy=strategy)
+
+
+# A change under one of these needs new Flink JVMs (the cluster's configuration, resources or image);
+# everything else an upgrade changes (the job's jar, arguments, parallelism, nonces) needs only a new job.
+_CLUSTER_FIELDS = ("/spec/flinkVersion", "/spec/image", "/spec/jobManager", "/spec/taskManager/resources",
+                   "/spec/taskManager/slots", "/spec/taskManager/volumeClaimTemplates", "/spec/flinkConfiguration",
+                   "/spec/podTemplate", "/spec/runtime", "/spec/highAvailability", "/metadata/namespace")
+
+
+def cluster_changes(changes: tuple[FieldChange, ...]) -> tuple[FieldChange, ...]:
+    """The changes that need a new cluster (new JVMs), not only a new job."""
+    return tuple(c for c in changes if c.change_class >= ChangeClass.UPGRADE
+                 and any(c.path == f or c.path.startswith(f + "/") for f in _CLUSTER_FIELDS))
+
+
+def _cluster_strategy(ctx: _Ctx) -> tuple[ClusterStrategy | None, str]:
+    """How an upgrade of a running job reaches its cluster, and the words the plan says it with.
+
+    Warm standby only when everything it needs holds: the job runs (else there is nothing to keep up),
+    the change needs a new cluster, the previous spec is known (the rollback target), no redeploy-class
+    field changed (runtime, namespace, HA: the cluster is recreated whole), the spec allows it and the
+    runtime can run two clusters of one app."""
+    if ctx.previous is None or ctx.live.job is not JobPhase.RUNNING:
+        return None, ""
+    cluster = cluster_changes(ctx.changes)
+    if not cluster:
+        return ClusterStrategy.JOB_ONLY, ""
+    if highest_class(cluster) >= ChangeClass.REDEPLOY:
+        return ClusterStrategy.COLD, ("cold: a redeploy-class field changed, so the cluster is recreated while "
+                                      "the job is down")
+    if ctx.desired.spec.upgrade.cluster_strategy is SpecClusterStrategy.COLD:
+        return ClusterStrategy.COLD, ("cold (spec.upgrade.clusterStrategy: cold): the cluster restarts while the "
+                                      "job is down")
+    if not ctx.inp.policy.warm_standby:
+        return ClusterStrategy.COLD, ("cold: this runtime cannot run a standby cluster, so the cluster restarts "
+                                      "while the job is down")
+    return ClusterStrategy.WARM_STANDBY, ("warm standby: a new cluster starts beside the running job, which "
+                                          "moves to it once it is ready (the app needs room for two clusters "
+                                          "meanwhile)")
+
+
+def _warm_standby(ctx: _Ctx, stop: Step, restore: Restore, reason: str, *, risks: tuple[str, ...],
+                  action: Action | None) -> AppPlan:
+    """Standby up -> stop the old job -> standby becomes live -> the job starts there -> old cluster deleted.
+
+    A failure up to the stop leaves the old job running: `abort` discards the standby. A failure after it
+    rolls back: the standby is discarded (the old cluster is live again) and the previous job restarts on
+    the old cluster from the state the stop captured."""
+    _, start, healthy = _deadlines(ctx)
+    delete = _s(ctx.desired.spec.deadlines.delete)
+    gen = ctx.generation
+    discard = DiscardStandby(generation=gen, deadline_s=delete)
+    steps: list[Step] = [
+        StartStandbyCluster(generation=gen, deadline_s=start),
+        stop,
+        PromoteStandby(generation=gen, deadline_s=delete),
+        *(s for s in start_steps(ctx.desired, SpecRef.DESIRED, restore, ctx.job_id, start_s=start, healthy_s=healthy)
+          if not isinstance(s, EnsureCluster)),  # the standby is the cluster
+        DeleteRetiredCluster(deadline_s=delete),
+    ]
+    assert ctx.previous is not None
+    rollback = (discard, *start_steps(ctx.previous, SpecRef.PREVIOUS, restore, ctx.rollback_job_id, start_s=start,
+                                      healthy_s=healthy))
+    return ctx.app_plan(action or Action.UPGRADE, reason, risks=risks, steps=tuple(steps), rollback_after=1,
+                        rollback=rollback, abort=(discard,), cluster_strategy=ClusterStrategy.WARM_STANDBY)
 
 
 def _suspend(ctx: _Ctx) -> AppPlan:
