@@ -22,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -344,6 +345,23 @@ class UpgradeSpec(_Model):
         "too big to double). A runtime without warm standby goes cold; the plan says which.",
         default=ClusterStrategy.WARM_STANDBY,
     )
+    in_place_rescale: bool = change(
+        ChangeClass.IGNORE,
+        "Apply a change of job.parallelism alone to the running job through Flink's adaptive scheduler (its "
+        "resource requirements REST endpoint): the same job keeps running and rescales from its own latest "
+        "checkpoint, no stop and no new job. Needs flinkConfiguration jobmanager.scheduler: adaptive and "
+        "checkpointing; when Flink refuses or does not adopt the new parallelism in time, the regular upgrade "
+        "runs instead.",
+        default=False,
+    )
+
+
+ADAPTIVE_SCHEDULER_KEY = "jobmanager.scheduler"
+
+
+def uses_adaptive_scheduler(flink_configuration: dict[str, str]) -> bool:
+    """Whether this Flink configuration runs jobs with the adaptive scheduler (what in-place rescale needs)."""
+    return flink_configuration.get(ADAPTIVE_SCHEDULER_KEY, "").strip().lower() == "adaptive"
 
 
 class SavepointPolicy(_Model):
@@ -400,6 +418,16 @@ class AppSpec(_Model):
             if len(key) > MAX_FLINK_KEY_LENGTH or not FLINK_KEY_RE.fullmatch(key):
                 raise ValueError(f"{key!r} is not a Flink option key (letters, digits, '.', '-', '_', "
                                  f"at most {MAX_FLINK_KEY_LENGTH} characters)")
+        return v
+
+    @field_validator("upgrade")
+    @classmethod
+    def _rescale_needs_adaptive(cls, v: UpgradeSpec, info: ValidationInfo) -> UpgradeSpec:
+        # A field validator (not the model's) so the error points at spec.upgrade, the line to fix.
+        conf = info.data.get("flink_configuration")
+        if v.in_place_rescale and isinstance(conf, dict) and not uses_adaptive_scheduler(conf):
+            raise ValueError("inPlaceRescale needs Flink's adaptive scheduler: set flinkConfiguration "
+                             f"{ADAPTIVE_SCHEDULER_KEY}: adaptive (or turn inPlaceRescale off)")
         return v
 
     @model_validator(mode="after")
