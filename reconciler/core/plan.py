@@ -155,6 +155,18 @@ class DeleteRetiredCluster(_Step):
     type: Literal["DeleteRetiredCluster"] = "DeleteRetiredCluster"
 
 
+class RescaleInPlace(_Step):
+    """Ask the running job for a new parallelism through Flink's adaptive scheduler (its resource requirements)
+    and wait until its vertices run at it, RUNNING, and it completed a checkpoint since. The same job keeps
+    running. Done: the app is applied and the steps after it are skipped. Failed (Flink refuses, or does not
+    adopt it before the deadline): they are its fallback, the regular upgrade, and run instead."""
+
+    type: Literal["RescaleInPlace"] = "RescaleInPlace"
+    job_id: str
+    parallelism: int = Field(ge=1)
+    previous_parallelism: int = Field(ge=1)  # vertices running at this (the job's default) move to `parallelism`
+
+
 class ForgetApp(_Step):
     """Stop managing the app (deletionPolicy orphan): history is kept, the cluster keeps running."""
 
@@ -163,7 +175,8 @@ class ForgetApp(_Step):
 
 Step = Annotated[
     EnsureCluster | StopWithSavepoint | CancelJob | StartJob | AwaitRunning | AwaitHealthy | DeleteCluster
-    | ForgetApp | StartStandbyCluster | PromoteStandby | DiscardStandby | DeleteRetiredCluster,
+    | ForgetApp | StartStandbyCluster | PromoteStandby | DiscardStandby | DeleteRetiredCluster
+    | RescaleInPlace,
     Field(discriminator="type"),
 ]
 
@@ -200,6 +213,10 @@ def describe_step(step: Step) -> str:
             return f"discard standby cluster {gen} (the old cluster stays or is live again)"
         case DeleteRetiredCluster():
             return "delete the old cluster"
+        case RescaleInPlace(job_id=job_id, parallelism=p, previous_parallelism=old):
+            return (f"rescale {_job(job_id)} in place from parallelism {old} to {p} (adaptive scheduler), wait until "
+                    "its vertices run at it and it checkpoints; if Flink refuses or does not adopt it in time, the "
+                    "steps below run instead")
     raise AssertionError(step)  # pragma: no cover
 
 
