@@ -570,13 +570,12 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from reconciler.daemon.main import run
-    from reconciler.daemon.service import make_reconciler
+    from reconciler.daemon.main import make_service, run
     from reconciler.logs import setup_logging
 
     settings = _settings(args)
     setup_logging(settings.log_format, settings.log_level)
-    return run(settings, lambda s, metrics, clock: make_reconciler(s, clock, metrics=metrics))
+    return run(settings, make_service)
 
 
 # ---------------------------------------------------------------------------------------------- render

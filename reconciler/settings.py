@@ -135,9 +135,10 @@ class Settings(BaseSettings):
         1, ge=1, le=1024, description="Split the apps over this many shards, one daemon (or replica set) each: "
         "an app belongs to shard `sha256(name) mod shards`, whatever its file or namespace.",
     )
-    shard: int = Field(
-        0, ge=0, description="The shard this daemon reconciles (0 .. shards-1). With leader election its Lease "
-        "is `<lease_name>-shard-<shard>`, so each shard has its own leader.",
+    shard: int | Literal["auto"] = Field(
+        0, description="The shard this daemon reconciles (0 .. shards-1). With leader election its Lease "
+        "is `<lease_name>-shard-<shard>`, so each shard has its own leader. `auto` (kubernetes, `run`): replicas "
+        "share the shards through those Leases, each holding at most ceil(shards / live replicas).",
     )
 
     @field_validator("namespaces", mode="before")
@@ -176,13 +177,18 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _shard_in_range(self) -> Settings:
-        if self.shard >= self.shards:
+        if self.shard == "auto":
+            return self
+        if self.shard < 0 or self.shard >= self.shards:
             raise ValueError(f"shard {self.shard} does not exist: shards are numbered 0 .. {self.shards - 1}")
         return self
 
     @property
     def shard_lease_name(self) -> str:
         """The Lease of this daemon's shard: one leader per shard, however many replicas each shard has."""
+        if self.shard == "auto":  # only `run` takes shards; a one-off command holds none of their Leases
+            raise ConfigError("shard: auto: only the daemon (`run`) takes shard Leases; give a one-off command "
+                              "leader_election: false, or shard: <i> to act as that shard's leader")
         return self.lease_name if self.shards == 1 else f"{self.lease_name}-shard-{self.shard}"
 
     @model_validator(mode="after")

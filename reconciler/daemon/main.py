@@ -8,18 +8,82 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from reconciler.clock import Clock, SystemClock
 from reconciler.daemon.lock import DaemonLock
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.ports import ReconcileService
 from reconciler.daemon.scheduler import Daemon
+from reconciler.daemon.shards import Shard, ShardedService, ShardLeases, ShardRecordStore
 from reconciler.errors import ConfigError
 from reconciler.settings import Settings
+
+if TYPE_CHECKING:
+    from reconciler.source.git import GitSource
 
 log = logging.getLogger(__name__)
 
 ServiceFactory = Callable[[Settings, Metrics, Clock], ReconcileService]
+
+
+def make_service(settings: Settings, metrics: Metrics, clock: Clock) -> ReconcileService:
+    """The daemon's service: one Reconciler (its shard's with `shard: i`), or with `shard: auto` the set
+    of shards this replica holds through their Leases (daemon/shards.py)."""
+    from reconciler.daemon.service import make_reconciler
+
+    if settings.shard == "auto":
+        return make_auto_sharded(settings, metrics, clock)
+    return make_reconciler(settings, clock, metrics=metrics)
+
+
+def make_auto_sharded(settings: Settings, metrics: Metrics | None, clock: Clock) -> ShardedService:
+    """`shard: auto`: the shard Leases (in `lease_namespace`, default $POD_NAMESPACE) kept by a thread,
+    and per held shard a Reconciler whose records are fenced by that shard's Lease."""
+    import os
+    import socket
+    import threading
+
+    from reconciler.apply.journal import Journal
+    from reconciler.core.planner import Policy
+    from reconciler.daemon.service import Reconciler, make_record_store, make_reporter, make_runtime, make_source
+    from reconciler.live.kubernetes import KubernetesRuntime
+    from reconciler.spec.policy import SpecPolicy
+
+    if settings.runtime != "kubernetes":
+        raise ConfigError("shard: auto needs runtime: kubernetes (the shards are Kubernetes Leases, and a shard's "
+                          "records must be readable by whichever replica takes it); with runtime: local give each "
+                          "daemon shard: <i>")
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    runtime = make_runtime(settings, clock)
+    # A dry run has no runtime but still needs the API server for the Leases.
+    api = runtime if isinstance(runtime, KubernetesRuntime) else make_runtime(
+        settings.model_copy(update={"dry_run": False}), clock)
+    assert isinstance(api, KubernetesRuntime)
+    namespace = settings.lease_namespace or os.environ.get("POD_NAMESPACE") or (settings.namespaces or ("default",))[0]
+    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    leases = ShardLeases(api.kube.api_client, clock=clock, namespace=namespace, lease_name=settings.lease_name,
+                         shards=settings.shards, identity=identity)
+    source = make_source(settings)
+    reporter = make_reporter(settings, source, clock)
+
+    def make_shard(shard: Shard, shard_source: GitSource) -> Reconciler:
+        elector = leases.electors[shard.index]
+        store = ShardRecordStore(make_record_store(settings, runtime, elector), shard)
+        return Reconciler(
+            source=shard_source, runtime=runtime, journal=Journal(settings.state_dir / "journal", clock, store=store),
+            clock=clock, subdir=settings.path, shard=shard, leader=lambda: leases.holds(shard.index),
+            policy=Policy(prune=settings.prune, mass_delete_fraction=settings.mass_delete_threshold,
+                          mass_delete_min=settings.mass_delete_min_apps),
+            reporter=reporter, metrics=metrics, target_url=settings.status_target_url,
+            max_parallel=settings.max_parallel, runtime_name=settings.runtime,
+            spec_policy=SpecPolicy(settings.spec_policy))
+
+    stop = threading.Event()
+    threading.Thread(target=leases.run, args=(stop,), name="shard-leases", daemon=True).start()
+    log.info("automatic sharding: %d shards, Leases %s-shard-<i> in namespace %s, identity %s",
+             settings.shards, settings.lease_name, namespace, identity)
+    return ShardedService(leases, source, make_shard, reporter=reporter, stop_leases=stop.set)
 
 
 def run(settings: Settings, make_service: ServiceFactory, *, clock: Clock | None = None) -> int:

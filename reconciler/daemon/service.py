@@ -569,7 +569,8 @@ def make_reconciler(settings: Settings, clock: Clock, *, metrics: Metrics | None
     runtime = make_runtime(settings, clock)
     elector, stop_election = _leader_election(settings, runtime, clock)
     store = make_record_store(settings, runtime, elector)
-    shard = Shard(settings.shard, settings.shards) if settings.shards > 1 else None
+    # shard: auto is the daemon's (daemon/main.py); a one-off command sees every app, like an unsharded one
+    shard = Shard(settings.shard, settings.shards) if settings.shards > 1 and settings.shard != "auto" else None
     if shard is not None:  # another shard's records are not ours to resume, plan or prune
         store = ShardRecordStore(store, shard)
     journal = Journal(settings.state_dir / "journal", clock, store=store)

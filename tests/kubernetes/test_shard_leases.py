@@ -1,0 +1,288 @@
+"""`shard: auto`: replicas share the shards through one Lease per shard (stand-in by default, real cluster
+opt-in with FLINK_RECONCILER_TEST_KUBECONFIG; the tests that wait for an expiry need the stand-in's FakeClock).
+
+Replicas here are `ShardLeases` (and `ShardedService`s) in one process, ticked by hand the way their
+election thread does every 2 s, so every interleaving is deterministic.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from reconciler.apply.journal import Journal
+from reconciler.clock import FakeClock
+from reconciler.daemon.service import Reconciler
+from reconciler.daemon.shards import (
+    Shard,
+    ShardedService,
+    ShardLeases,
+    ShardRecordStore,
+    member_lease_name,
+    quota,
+    shard_of,
+)
+from reconciler.errors import ConfigError, FencedError
+from reconciler.live.k8s_records import ConfigMapRecordStore, lease_fence
+from reconciler.live.records import FileRecordStore
+from reconciler.report.reporter import Reporter
+from reconciler.report.status import CommitStatus
+from reconciler.settings import load_settings
+from reconciler.source.git import GitSource
+from tests.gitutil import Repo, spec
+from tests.kubernetes.conftest import Cluster
+
+pytestmark = pytest.mark.kubernetes
+
+SHARDS = 5
+LEASE = "fr"
+DURATION = 15.0
+TICK = 2.0  # the election thread's retry period
+
+
+def replica(c: Cluster, name: str, shards: int = SHARDS) -> ShardLeases:
+    return ShardLeases(c.api_client, clock=c.clock, namespace=c.namespace, lease_name=LEASE, shards=shards,
+                       identity=name, lease_duration=DURATION, renew_deadline=10, retry_period=TICK)
+
+
+@pytest.fixture
+def fake(cluster: Cluster) -> FakeClock:
+    if not isinstance(cluster.clock, FakeClock):
+        pytest.skip("expiry is tested with a FakeClock (a real cluster would need 15 s of real waiting)")
+    return cluster.clock
+
+
+def advance(c: Cluster, seconds: float) -> None:
+    if isinstance(c.clock, FakeClock):
+        c.clock.advance(seconds)
+
+
+def check_exclusive(replicas: list[ShardLeases]) -> dict[int, str]:
+    """No shard is held by two replicas, on their own view and on the Lease itself; returns shard -> holder."""
+    owners: dict[int, str] = {}
+    for r in replicas:
+        for i in r.held():
+            assert i not in owners, f"shard {i} held by {owners[i]} and {r.identity}"
+            owners[i] = r.identity
+            lease = r.kube.get("Lease", r.namespace, f"{LEASE}-shard-{i}")
+            assert lease is not None and lease["spec"]["holderIdentity"] == r.identity
+    return owners
+
+
+def rounds(c: Cluster, replicas: list[ShardLeases], n: int) -> dict[int, str]:
+    owners: dict[int, str] = {}
+    for _ in range(n):
+        for r in replicas:
+            r.tick()
+            owners = check_exclusive(replicas)  # after every single tick, not only at the end
+        advance(c, TICK)
+    return owners
+
+
+def test_quota_and_names() -> None:
+    assert [quota(5, r) for r in (0, 1, 2, 3, 4, 5, 6)] == [5, 5, 3, 2, 2, 1, 1]
+    assert member_lease_name("flink-reconciler", "Pod_A.1") == "flink-reconciler-member-pod-a.1"
+    s = load_settings({"shards": 5, "shard": "auto"})
+    assert s.shard == "auto"
+    with pytest.raises(ConfigError, match="only the daemon"):
+        _ = s.shard_lease_name  # a one-off command never elects itself leader of every shard
+    assert load_settings({"shards": 5, "shard": "3"}).shard == 3
+
+
+def test_a_lone_replica_takes_every_shard_but_only_from_its_second_round(cluster: Cluster) -> None:
+    a = replica(cluster, "pod-a")
+    a.tick()
+    assert a.held() == frozenset()  # announced only: replicas started together see each other first
+    member = cluster.kube.get("Lease", cluster.namespace, member_lease_name(LEASE, "pod-a"))
+    assert member is not None and member["spec"]["holderIdentity"] == "pod-a"
+    advance(cluster, TICK)
+    a.tick()
+    assert a.held() == frozenset(range(SHARDS))
+    assert "holds shard(s) 0, 1, 2, 3, 4 of 5; 1 live replica(s)" in a.describe()
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_replicas_split_the_shards_and_never_share_one(cluster: Cluster, count: int) -> None:
+    first = replica(cluster, "pod-0")
+    owners = rounds(cluster, [first], 2)
+    assert set(owners) == set(range(SHARDS))  # alone: everything
+    replicas = [first, *(replica(cluster, f"pod-{k}") for k in range(1, count))]
+    owners = rounds(cluster, replicas, 4)  # the newcomers announce, the first gives its surplus up, they take it
+    assert set(owners) == set(range(SHARDS))
+    held = sorted(collections.Counter(owners.values()).values())
+    assert held == {2: [2, 3], 3: [1, 2, 2]}[count], owners
+    assert all(len(r.held()) <= quota(SHARDS, count) for r in replicas)
+    assert rounds(cluster, replicas, 3) == owners  # and then it stays put
+
+
+def test_a_killed_replicas_shards_are_taken_over_after_its_lease_expired(cluster: Cluster, fake: FakeClock) -> None:
+    replicas = [replica(cluster, f"pod-{k}") for k in range(3)]
+    owners = rounds(cluster, replicas, 4)
+    dead = replicas[2]
+    lost = {i for i, who in owners.items() if who == dead.identity}
+    assert lost
+    survivors = replicas[:2]
+    killed_at = fake.monotonic()  # pod-2 stops ticking: no renewal, no release
+    taken_at: float | None = None
+    while taken_at is None:
+        for r in survivors:
+            r.tick()
+            now_owned = check_exclusive(survivors)
+            if lost & set(now_owned):
+                # never before the dead holder's Lease expired on the taker's clock (the holder may only be paused)
+                assert fake.monotonic() - killed_at >= DURATION - TICK
+            if set(now_owned) == set(range(SHARDS)):
+                taken_at = fake.monotonic()
+        fake.advance(TICK)
+        assert fake.monotonic() - killed_at < 60, "the lost shards were never taken over"
+    # within the Lease duration and a few election rounds (its membership must expire first, on the same clock)
+    assert taken_at - killed_at <= DURATION + 3 * TICK, taken_at - killed_at
+    assert sorted(len(r.held()) for r in survivors) == [2, 3]
+    assert not dead.held()  # its own view: the renew deadline has passed, it no longer acts
+
+
+def test_a_replica_shut_down_cleanly_hands_its_shards_over_at_once(cluster: Cluster) -> None:
+    replicas = [replica(cluster, f"pod-{k}") for k in range(2)]
+    owners = rounds(cluster, replicas, 4)
+    leaving = replicas[1]
+    assert any(who == leaving.identity for who in owners.values())
+    leaving.release_all()
+    assert not leaving.held()
+    assert cluster.kube.get("Lease", cluster.namespace, member_lease_name(LEASE, leaving.identity)) is None
+    stay = replicas[0]
+    stay.tick()  # one round, no expiry to wait for: the member left and its shards were released
+    assert stay.held() == frozenset(range(SHARDS))
+    leaving.tick()
+    assert not leaving.held()  # a stopped replica takes nothing back
+
+
+def test_a_deposed_shard_holder_cannot_write_a_record_of_that_shard(cluster: Cluster, fake: FakeClock) -> None:
+    a, b = replica(cluster, "pod-a", shards=2), replica(cluster, "pod-b", shards=2)
+    rounds(cluster, [a, b], 4)
+    i = next(iter(a.held()))
+    app = next(f"app-{k}" for k in itertools.count() if shard_of(f"app-{k}", 2) == i)
+    mine = ConfigMapRecordStore(cluster.kube, [cluster.namespace], fence=lease_fence(a.electors[i]))
+    doc = {"kind": "FlinkReconcilerRecord", "version": 1, "app": app, "namespace": cluster.namespace}
+    v1 = mine.put(app, doc, expected=None)
+    theirs = ConfigMapRecordStore(cluster.kube, [cluster.namespace], fence=lease_fence(b.electors[i]))
+    with pytest.raises(FencedError):  # b does not hold the shard: it may not write the app's record
+        theirs.put(app, {**doc, "n": 1}, expected=v1)
+
+    for _ in range(12):  # a is paused (a long GC, a partition): b alone, for longer than the Lease duration
+        b.tick()
+        fake.advance(TICK)
+    assert b.held() == frozenset({0, 1})
+    v2 = theirs.put(app, {**doc, "n": 2}, expected=theirs.list()[app].version)
+    # a wakes up believing it still holds the shard: the Lease on the server says no.
+    a.electors[i]._leader, a.electors[i]._renewed_at = True, fake.monotonic()
+    with pytest.raises(FencedError, match="held by pod-b"):
+        mine.put(app, {**doc, "n": 3}, expected=v2)
+    assert theirs.get(app) is not None and theirs.get(app).doc["n"] == 2  # type: ignore[union-attr]
+
+
+# ---- the service: every app reconciled by exactly one replica, also across a takeover ---------------------
+
+APPS = [f"app-{k:02d}" for k in range(30)]
+
+
+class Posted:
+    """A reporter that remembers which replica posted a status for which app (a sink, not our client)."""
+
+    def __init__(self, log: list[tuple[str, str, str]], who: str) -> None:
+        self.log, self.who = log, who
+
+    def report(self, status: CommitStatus) -> None:
+        self.log.append((self.who, status.app, status.revision))
+
+    def close(self, timeout: float = 5.0) -> None:
+        pass
+
+
+def service(c: Cluster, repo: Repo, tmp: Path, name: str, posted: list[tuple[str, str, str]]) -> ShardedService:
+    leases = replica(c, name)
+    state = tmp / f"state-{name}"
+    source = GitSource(str(repo.origin), state / "git", branch="main")
+    records = FileRecordStore(tmp / "records")  # dry run: records shared as ConfigMaps would be
+
+    def make(shard: Shard, src: GitSource) -> Reconciler:
+        journal = Journal(state / "journal", c.clock, store=ShardRecordStore(records, shard))
+        return Reconciler(source=src, runtime=None, journal=journal, clock=c.clock, subdir="apps", shard=shard,
+                          leader=lambda: leases.holds(shard.index), reporter=cast(Reporter, Posted(posted, name)))
+
+    return ShardedService(leases, source, make)
+
+
+def test_every_app_is_reconciled_by_one_replica_and_a_lost_replicas_apps_by_another(
+        cluster: Cluster, fake: FakeClock, tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    repo = Repo(tmp_path / "repo")
+    for app in APPS:
+        repo.write(f"apps/{app}.yaml", spec(app))
+    head = repo.commit("thirty apps")
+    posted: list[tuple[str, str, str]] = []
+    services = [service(cluster, repo, tmp_path, f"pod-{k}", posted) for k in range(3)]
+
+    def round_() -> None:
+        for s in services:
+            s.leases.tick()
+        for s in services:
+            s.sync(full=False, reason="poll")
+        fake.advance(TICK)
+
+    for _ in range(5):
+        round_()
+    by_app: dict[str, set[str]] = collections.defaultdict(set)
+    for who, app, _ in posted:
+        by_app[app].add(who)
+    assert sorted(by_app) == APPS  # every app has its status ...
+    assert all(len(w) == 1 for w in by_app.values()), by_app  # ... from exactly one replica
+    owners = check_exclusive([s.leases for s in services])
+    for app, posters in by_app.items():
+        assert posters == {owners[shard_of(app, SHARDS)]}
+
+    # Kill pod-2 (no more ticks or passes); push a change to every app; the others take its shards over.
+    dead = services.pop()
+    lost = {a for a, w in by_app.items() if w == {dead.leases.identity}}
+    for app in APPS:
+        repo.write(f"apps/{app}.yaml", spec(app, parallelism=2))
+    head = repo.commit("every app to parallelism 2")
+    killed_at = fake.monotonic()
+    done_at: float | None = None
+    while done_at is None:
+        round_()
+        seen = {app for who, app, rev in posted if rev == head}
+        if seen >= set(APPS):
+            done_at = fake.monotonic()
+        assert fake.monotonic() - killed_at < 60, f"not taken over: {set(APPS) - seen}"
+    assert done_at - killed_at <= DURATION + 4 * TICK, done_at - killed_at  # Lease duration + a few rounds
+    after: dict[str, set[str]] = collections.defaultdict(set)
+    for who, app, rev in posted:
+        if rev == head:
+            after[app].add(who)
+    assert all(len(w) == 1 and dead.leases.identity not in w for w in after.values()), after
+    assert {a for a, w in after.items() if w & {s.leases.identity for s in services}} >= lost
+    ok, why = services[0].readiness()
+    assert ok and "2 live replica(s)" in why, why
+
+
+def test_a_standby_replica_is_ready_and_reconciles_nothing(cluster: Cluster, tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    repo = Repo(tmp_path / "repo")
+    repo.write("apps/a.yaml", spec("a"))
+    repo.commit("one app")
+    posted: list[tuple[str, str, str]] = []
+    services = [service(cluster, repo, tmp_path, f"pod-{k}", posted) for k in range(6)]  # one more than shards
+    for _ in range(4):
+        for s in services:
+            s.leases.tick()
+        advance(cluster, TICK)
+    idle = [s for s in services if not s.leases.held()]
+    assert len(idle) == 1 and all(len(s.leases.held()) == 1 for s in services if s not in idle)
+    idle[0].sync(full=True, reason="drift")
+    assert not idle[0].reconcilers() and not any(who == idle[0].leases.identity for who, _, _ in posted)
+    ok, why = idle[0].readiness()
+    assert ok and "holds shard(s) none of 5" in why
