@@ -48,6 +48,7 @@ from reconciler.core.plan import (
     StopWithSavepoint,
     deterministic_job_id,
 )
+from reconciler.core.rescale import in_place_rescale
 from reconciler.errors import SpecError
 from reconciler.spec.load import LoadResult, file_key
 from reconciler.spec.model import ChangeClass, Deadlines, DeletionPolicy, FlinkApp, JobState, UpgradeMode
@@ -368,7 +369,9 @@ def _plan_present(
             new_job.restart_nonce != prev_job.restart_nonce and all(
                 c.path == "/spec/job/restartNonce" for c in changes if c.change_class >= ChangeClass.UPGRADE)
         ) else _changed_fields(changes, ChangeClass.UPGRADE)
-        return blocked or _upgrade(ctx, reason, action=Action.RESTART if reason.startswith("restart") else None)
+        return blocked or in_place_rescale(
+            _upgrade(ctx, reason, action=Action.RESTART if reason.startswith("restart") else None),
+            desired, previous, live, changes)
     if level is ChangeClass.SCALE:
         return blocked or ctx.app_plan(
             Action.SCALE, "scale change: resources are applied without restarting the job",
