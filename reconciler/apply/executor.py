@@ -45,12 +45,16 @@ from reconciler.core.plan import (
     AwaitRunning,
     CancelJob,
     DeleteCluster,
+    DeleteRetiredCluster,
+    DiscardStandby,
     EnsureCluster,
     ForgetApp,
     Plan,
+    PromoteStandby,
     RestoreKind,
     SpecRef,
     StartJob,
+    StartStandbyCluster,
     Step,
     StopWithSavepoint,
     describe_step,
@@ -68,7 +72,7 @@ from reconciler.errors import (
     TriggerNotFoundError,
 )
 from reconciler.live.flink import is_transient_text
-from reconciler.live.ports import FlinkApi, Runtime
+from reconciler.live.ports import FlinkApi, Runtime, StandbyRuntime
 from reconciler.live.records import is_record_name
 from reconciler.logs import log_context
 from reconciler.spec.model import FlinkApp
@@ -274,6 +278,14 @@ class Executor:
                 no_rollback = plan.rollback_after is None or f.index <= plan.rollback_after or not plan.rollback
                 if isinstance(f.step, StopWithSavepoint) and self._stop_outcome_unknown(run, f.step):
                     return self._park(run, f)
+                if isinstance(f.step, DeleteRetiredCluster):  # the new job runs: never roll that back
+                    return self._park(run, f, message=(
+                        f"{describe_step(f.step)} failed ({f.cause}); the new job runs on the new cluster, so the "
+                        "transition stays in flight and the old cluster's deletion is retried on the next pass"))
+                if no_rollback and plan.abort:
+                    self.journal.start_rollback(app, failed_step=describe_step(f.step), failure=f.cause,
+                                                stage=Stage.ABORT)
+                    return self._abort(run, self._inflight(app))
                 if no_rollback:
                     return self._finish(run, Outcome.FAILURE, failed_step=describe_step(f.step),
                                         message=f"{describe_step(f.step)} failed: {f.cause}", job_id=KEEP)
@@ -281,7 +293,25 @@ class Executor:
                 inf = self._inflight(app)
             else:
                 return self._succeed(run)
+        if inf.stage is Stage.ABORT:
+            return self._abort(run, inf)
         return self._roll_back(run, inf)
+
+    def _abort(self, run: _Run, inf: InFlight) -> AppResult:
+        """A step up to the stop failed: the old job was not touched. Undo what the plan did beside it (discard
+        a warm standby), so nothing of the failed attempt is left. If that fails too, the execution stays in
+        flight and the next pass tries again: a leftover cluster is never forgotten."""
+        failed_step = inf.failed_step or "a step"
+        first = f"{failed_step} failed: {inf.failure}"
+        try:
+            self._run_stage(run, Stage.ABORT, run.plan.abort, self._next_index(inf))
+        except _StageFailedError as f:
+            return self._park(run, f, message=(
+                f"{first}; the old job was not touched, but {describe_step(f.step)} failed too ({f.cause}): the "
+                "transition stays in flight and the next pass tries again"))
+        undone = "; ".join(describe_step(s) for s in run.plan.abort)
+        return self._finish(run, Outcome.FAILURE, failed_step=failed_step,
+                            message=f"{first}; the old job keeps running (undone: {undone})", job_id=KEEP)
 
     def _stop_outcome_unknown(self, run: _Run, step: StopWithSavepoint) -> bool:
         """Whether a failed stop-with-savepoint may still have stopped the job: its trigger was journaled (so
@@ -306,13 +336,14 @@ class Executor:
         self.journal.set_scratch(run.app, trigger_id=None)
         return False
 
-    def _park(self, run: _Run, f: _StageFailedError) -> AppResult:
+    def _park(self, run: _Run, f: _StageFailedError, *, message: str | None = None) -> AppResult:
         """A stop-with-savepoint whose outcome is unknown (the request may have reached Flink, and no answer
         said it failed) is not finished: the old job may have stopped with a savepoint we have not seen. It
         stays in flight, and the next pass polls the same trigger again (and finishes the upgrade, or fails it
         once Flink says the savepoint failed): never "failed" with the app down and its savepoint unrecorded."""
-        message = (f"{describe_step(f.step)}: no answer from Flink before the deadline ({f.cause}); the job may "
-                   "have stopped with a savepoint, so the transition stays in flight and resumes on the next pass")
+        message = message or (
+            f"{describe_step(f.step)}: no answer from Flink before the deadline ({f.cause}); the job may "
+            "have stopped with a savepoint, so the transition stays in flight and resumes on the next pass")
         self.journal.note(run.app, "parked", message, revision=run.revision, outcome=Outcome.FAILURE)
         return AppResult(app=run.app, action=run.plan.action, outcome=Outcome.FAILURE,
                          failed_step=describe_step(f.step), message=message, step_timings=tuple(run.timings))
@@ -412,7 +443,7 @@ class Executor:
     # ---- steps ----------------------------------------------------------------------------------
 
     def _run_stage(self, run: _Run, stage: Stage, steps: tuple[Step, ...], start: int) -> None:
-        rollback = stage is Stage.ROLLBACK
+        rollback = stage is not Stage.FORWARD
         for index in range(start, len(steps)):
             step = steps[index]
             pre: dict[str, str | None] = {}
@@ -494,7 +525,32 @@ class Executor:
                 self.runtime.delete_cluster(run.app, deadline=deadline)
             case ForgetApp():
                 self.journal.forget(run.app)
+            case StartStandbyCluster():
+                self._start_standby(run, step, deadline)
+            case PromoteStandby(generation=gen):
+                self._standby_runtime().promote_standby(run.app, generation=gen, deadline=deadline)
+            # A runtime without standbys has none to discard or retire: undoing is then a no-op, so an abort
+            # of a warm plan handed to it ends cleanly.
+            case DiscardStandby(generation=gen) if isinstance(self.runtime, StandbyRuntime):
+                self.runtime.discard_standby(run.app, generation=gen, deadline=deadline)
+            case DeleteRetiredCluster() if isinstance(self.runtime, StandbyRuntime):
+                self.runtime.delete_retired(run.app, deadline=deadline)
         return {}
+
+    def _standby_runtime(self) -> StandbyRuntime:
+        if not isinstance(self.runtime, StandbyRuntime):
+            raise PermanentStepError(f"the {self.runtime.name} runtime cannot run a standby cluster (warm standby); "
+                                     "plan again (it plans cold for this runtime) or set "
+                                     "spec.upgrade.clusterStrategy: cold")
+        return self.runtime
+
+    def _start_standby(self, run: _Run, step: StartStandbyCluster, deadline: float) -> None:
+        info = self._standby_runtime().start_standby(self._spec(run, step.spec), generation=step.generation,
+                                                     deadline=deadline)
+        if info.phase is ClusterPhase.FAILED:
+            raise PermanentStepError(f"the standby cluster failed to start: {info.message or 'no reason given'}")
+        if info.phase is not ClusterPhase.READY:
+            raise TransientStepError(f"the standby cluster is {info.phase.value}: {info.message or 'not ready yet'}")
 
     def _ensure_cluster(self, run: _Run, step: EnsureCluster, deadline: float) -> None:
         info = self.runtime.ensure_cluster(self._spec(run, step.spec), deadline=deadline)

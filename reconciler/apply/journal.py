@@ -63,6 +63,7 @@ T = TypeVar("T")
 class Stage(StrEnum):
     FORWARD = "forward"  # the plan's steps
     ROLLBACK = "rollback"  # the plan's rollback steps, after a failure past rollback_after
+    ABORT = "abort"  # the plan's abort steps, after a failure up to rollback_after (the old job still runs)
 
 
 class StepPhase(StrEnum):
@@ -116,6 +117,8 @@ class InFlight:
 
     @property
     def steps(self) -> tuple[Any, ...]:
+        if self.stage is Stage.ABORT:
+            return self.plan.abort
         return self.plan.rollback if self.stage is Stage.ROLLBACK else self.plan.steps
 
 
@@ -432,14 +435,14 @@ class Journal:
 
         self._update(app, fn)
 
-    def start_rollback(self, app: str, *, failed_step: str, failure: str) -> None:
-        """Switch the execution to the plan's rollback steps, remembering why."""
+    def start_rollback(self, app: str, *, failed_step: str, failure: str, stage: Stage = Stage.ROLLBACK) -> None:
+        """Switch the execution to the plan's rollback (or abort) steps, remembering why."""
 
         def fn(doc: Doc) -> None:
             f = self._require_inflight(doc, app)
-            f.update(stage=Stage.ROLLBACK.value, step_index=0, phase=StepPhase.PENDING.value, trigger_id=None,
+            f.update(stage=stage.value, step_index=0, phase=StepPhase.PENDING.value, trigger_id=None,
                      failed_step=failed_step, failure=failure, updated_at=self._now())
-            self._transition(doc, f["revision"], "rollback", outcome=Outcome.PENDING,
+            self._transition(doc, f["revision"], stage.value, outcome=Outcome.PENDING,
                              message=f"{failed_step} failed: {failure}")
 
         self._update(app, fn)

@@ -49,6 +49,7 @@ from reconciler.live.local_config import (
     JM_ENTRY,
     LOG4J_PROPERTIES,
     LOOPBACK,
+    SLOTS,
     TM_ENTRY,
     ClusterPaths,
     ClusterRecord,
@@ -97,12 +98,16 @@ class LocalRuntime:
     def dist(self) -> FlinkDist:
         return FlinkDist.discover(self._flink_home)
 
-    def paths(self, app: str) -> ClusterPaths:
+    def paths(self, app: str, generation: str = "") -> ClusterPaths:
         return ClusterPaths(
             root=self.state_dir / "clusters" / app,
             checkpoints=self.state_dir / "checkpoints" / app,
             savepoints=self.state_dir / "savepoints" / app,
+            generation=generation,
         )
+
+    def _paths(self, rec: ClusterRecord) -> ClusterPaths:
+        return self.paths(rec.app, rec.generation)
 
     def close(self) -> None:
         """Close REST clients. The JVMs keep running: they belong to the state dir, not this object."""
@@ -195,16 +200,109 @@ class LocalRuntime:
             return client.run_jar(jar_id, **run)
 
     def delete_cluster(self, app: str, *, deadline: float) -> None:
+        """Every cluster of the app: the live one, and a standby or retired one an upgrade left."""
         with self._lock(app, deadline):
-            rec = self.read_record(app)
-            if rec is None:
-                return
+            for slot in ("standby", "retired", "cluster"):
+                self._remove(app, slot, deadline)
+
+    def _remove(self, app: str, slot: str, deadline: float) -> None:
+        """Stop the cluster in `slot` and forget it (its logs stay). The live record goes last, so a crash
+        meanwhile leaves it findable."""
+        rec = self.read_record(app, slot)
+        if rec is None:
+            return
+        others = [r for r in (self.read_record(app, s) for s in SLOTS if s != slot) if r is not None]
+        if not any(r.cluster_id == rec.cluster_id for r in others):  # another slot names it: not a copy
             self._stop_procs(rec, [*rec.taskmanagers, rec.jobmanager], deadline)
-            paths = self.paths(app)
-            paths.record.unlink(missing_ok=True)
+            paths = self._paths(rec)
             for d in (paths.conf, paths.tmp):
                 shutil.rmtree(d, ignore_errors=True)
             self._drop_client(rec.rest_url)
+        self.paths(app).slot(slot).unlink(missing_ok=True)
+
+    # -- warm standby (reconciler.live.ports.StandbyRuntime) ---------------------------------------------
+
+    def start_standby(self, app: FlinkApp, *, generation: str, deadline: float) -> ClusterInfo:
+        """A second cluster of the app (generation-suffixed directories, its own ports), without a job, beside
+        the live one; READY when every TaskManager's slots registered. A standby of another generation (left by
+        an earlier attempt) is deleted first; one of this generation is reused when its JVMs still run."""
+        with self._lock(app.name, deadline):
+            self._tidy(app.name)
+            want = cluster_config_hash(app, self.dist.version)
+            live = self.read_record(app.name)
+            slot = "standby"
+            found: ClusterRecord | None
+            if live is not None and live.generation == generation:  # promoted already (a resumed step)
+                found, slot = live, "cluster"
+            else:
+                found = self.read_record(app.name, "standby")
+                if found is not None and (found.generation != generation or found.config_hash != want
+                                          or not self._alive(found.jobmanager.pid, found.marker)):
+                    self._remove(app.name, "standby", deadline)
+                    found = None
+            rec = found or self._start(app, want, deadline, generation=generation, slot="standby")
+            self._await_ready(rec, deadline)
+            new_hash = spec_hash(app.canonical())
+            if rec.spec_hash != new_hash:
+                rec = rec.model_copy(update={"spec_hash": new_hash})
+                self._write_record(rec, slot)
+            return ClusterInfo(app=app.name, phase=ClusterPhase.READY, rest_url=rec.rest_url,
+                               spec_hash=rec.spec_hash)
+
+    def promote_standby(self, app: str, *, generation: str, deadline: float) -> None:
+        """The standby becomes the live cluster and the live one is retired (kept until `delete_retired`).
+        Two renames, each atomic; between them both records name the old cluster, which `_tidy` settles."""
+        with self._lock(app, deadline):
+            self._tidy(app)
+            live = self.read_record(app)
+            if live is not None and live.generation == generation:
+                return  # done before
+            standby = self.read_record(app, "standby")
+            if standby is None or standby.generation != generation:
+                raise PermanentStepError(f"app {app}: standby cluster {generation} is gone; nothing to promote")
+            if live is not None:
+                self._remove(app, "retired", deadline)  # a third cluster never stays: an older retired one goes
+                self._write_record(live, "retired")
+            self._write_record(standby, "cluster")
+            self.paths(app).slot("standby").unlink(missing_ok=True)
+
+    def discard_standby(self, app: str, *, generation: str, deadline: float) -> None:
+        """Undo a warm standby: when `generation` is live, the retired cluster is live again; then cluster
+        `generation` is deleted. Nothing of that generation left: nothing to do."""
+        with self._lock(app, deadline):
+            self._tidy(app)
+            live = self.read_record(app)
+            if live is not None and live.generation == generation:
+                retired = self.read_record(app, "retired")
+                if retired is None:
+                    raise PermanentStepError(f"app {app}: cluster {generation} is live and the old cluster is gone: "
+                                             "there is nothing to go back to")
+                self._write_record(live, "standby")  # still findable while the old one becomes live again
+                self._write_record(retired, "cluster")
+                self.paths(app).slot("retired").unlink(missing_ok=True)
+            standby = self.read_record(app, "standby")
+            if standby is not None and standby.generation == generation:
+                self._remove(app, "standby", deadline)
+
+    def delete_retired(self, app: str, *, deadline: float) -> None:
+        with self._lock(app, deadline):
+            self._tidy(app)
+            self._remove(app, "retired", deadline)
+
+    def cluster_records(self, app: str) -> dict[str, ClusterRecord]:
+        """Every cluster of the app by slot (cluster, standby, retired): what runs, for status and tests."""
+        return {slot: rec for slot in SLOTS if (rec := self.read_record(app, slot)) is not None}
+
+    def _tidy(self, app: str) -> None:
+        """A crash between the two renames of a promotion or a discard leaves one cluster in two slots: the
+        live record wins and the copy is dropped (never the JVMs)."""
+        live = self.read_record(app)
+        if live is None:
+            return
+        for slot in ("standby", "retired"):
+            other = self.read_record(app, slot)
+            if other is not None and other.cluster_id == live.cluster_id:
+                self.paths(app).slot(slot).unlink(missing_ok=True)
 
     def flink(self, app: str) -> FlinkRestClient:
         rec = self.read_record(app)
@@ -234,8 +332,9 @@ class LocalRuntime:
 
     # -- records ---------------------------------------------------------------------------------------
 
-    def read_record(self, app: str) -> ClusterRecord | None:
-        path = self.paths(app).record
+    def read_record(self, app: str, slot: str = "cluster") -> ClusterRecord | None:
+        """The record of the app's live cluster, or of its standby or retired one (`slot`)."""
+        path = self.paths(app).slot(slot)
         try:
             return ClusterRecord.model_validate_json(path.read_bytes())
         except FileNotFoundError:
@@ -243,8 +342,8 @@ class LocalRuntime:
         except (OSError, ValueError) as e:
             raise ObserveError(f"cannot read {path}: {e}") from e
 
-    def _write_record(self, rec: ClusterRecord) -> None:
-        path = self.paths(rec.app).record
+    def _write_record(self, rec: ClusterRecord, slot: str = "cluster") -> None:
+        path = self.paths(rec.app).slot(slot)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(rec.model_dump_json(indent=2))
         os.replace(tmp, path)
@@ -271,8 +370,9 @@ class LocalRuntime:
             self._write_record(rec)
         return rec
 
-    def _start(self, app: FlinkApp, config_hash: str, deadline: float) -> ClusterRecord:
-        p = self.paths(app.name)
+    def _start(self, app: FlinkApp, config_hash: str, deadline: float, *, generation: str = "",
+               slot: str = "cluster") -> ClusterRecord:
+        p = self.paths(app.name, generation)
         shutil.rmtree(p.tmp, ignore_errors=True)
         for d in (p.conf, p.log, p.work, p.tmp, p.checkpoints, p.savepoints):
             d.mkdir(parents=True, exist_ok=True)
@@ -285,6 +385,7 @@ class LocalRuntime:
             app=app.name,
             cluster_id=f"{app.name}-{uuid.uuid4().hex[:12]}",
             config_hash=config_hash,
+            generation=generation,
             rest_port=rest_port,
             rpc_port=rpc_port,
             started_at=self.clock.now(),
@@ -295,10 +396,10 @@ class LocalRuntime:
         user = app.spec.flink_configuration
         jm = self._spawn(rec, "jobmanager", 0, jm_mem, user)
         rec = rec.model_copy(update={"jobmanager": jm})
-        self._write_record(rec)  # from here on, a crash leaves a record that finds and stops these JVMs
+        self._write_record(rec, slot)  # from here on, a crash leaves a record that finds and stops these JVMs
         tms = tuple(self._spawn(rec, "taskmanager", i, tm_mem, user) for i in range(rec.replicas))
         rec = rec.model_copy(update={"taskmanagers": tms})
-        self._write_record(rec)
+        self._write_record(rec, slot)
         return rec
 
     def _scale(self, rec: ClusterRecord, app: FlinkApp, deadline: float) -> ClusterRecord:
@@ -306,7 +407,7 @@ class LocalRuntime:
         want = app.spec.task_manager.replicas
         alive = [t for t in rec.taskmanagers if self._alive(t.pid, rec.marker)]
         if len(alive) < want:
-            p = self.paths(app.name)
+            p = self._paths(rec)
             _, tm_mem = self._memory_flags(p.conf, rec.config_hash, deadline)
             used = {t.index for t in alive}
             free = (i for i in range(want + len(used) + 1) if i not in used)
@@ -409,7 +510,7 @@ class LocalRuntime:
     def _spawn(
         self, rec: ClusterRecord, role: str, index: int, mem: MemoryFlags, user_conf: dict[str, str]
     ) -> ProcRecord:
-        p = self.paths(rec.app)
+        p = self._paths(rec)
         proc = ProcRecord(role=role, index=index, pid=0, started_at=self.clock.now())
         extra = shlex.split(user_conf.get("env.java.opts.all", ""))
         extra += shlex.split(user_conf.get(f"env.java.opts.{role}", ""))
@@ -489,14 +590,14 @@ class LocalRuntime:
         child = self._children.get(proc.pid)
         code = child.poll() if child is not None else None
         head = f"pid {proc.pid} exited with code {code}" if code is not None else f"pid {proc.pid} is gone"
-        log = self.paths(rec.app).log
+        log = self._paths(rec).log
         # A JVM that dies before log4j starts (bad flag, no memory) only speaks on stdout/stderr.
         out_tail = [ln.strip() for ln in _tail(log / f"{proc.name}.out", 4096).splitlines() if ln.strip()][-3:]
         logs = " | ".join(filter(None, [self._log_reason(rec, [proc], outs=False), *out_tail]))
-        return head + (f": {logs}" if logs else f" (see {self.paths(rec.app).log / (proc.name + '.log')})")
+        return head + (f": {logs}" if logs else f" (see {log / (proc.name + '.log')})")
 
     def _log_reason(self, rec: ClusterRecord, procs: list[ProcRecord], *, outs: bool = True) -> str | None:
-        log = self.paths(rec.app).log
+        log = self._paths(rec).log
         exts = (".out", ".log") if outs else (".log",)
         texts = [_tail(log / f"{p.name}{ext}") for p in procs for ext in exts]
         return extract_log_reason([t for t in texts if t])

@@ -171,19 +171,34 @@ def cluster_config_hash(app: FlinkApp, flink_version: str) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
+# The records of an app's clusters, one file each under clusters/<app>/: the live cluster (what `observe`,
+# `flink` and `start_job` address), a warm standby starting beside it, and the old cluster a promoted
+# standby retired (kept for a rollback until it is deleted).
+SLOTS = ("cluster", "standby", "retired")
+
+
 @dataclass(frozen=True)
 class ClusterPaths:
+    """Where one cluster of an app keeps its files. Generation "" (every cluster a cold start makes) uses
+    clusters/<app>/{conf,log,tmp}; a warm standby's generation G uses clusters/<app>/gen-G/{conf,log,tmp}, so
+    two clusters of one app coexist. The working directory (a job's relative paths) is the app's, shared."""
+
     root: Path  # clusters/<app>
     checkpoints: Path
     savepoints: Path
+    generation: str = ""
+
+    @property
+    def home(self) -> Path:
+        return self.root / f"gen-{self.generation}" if self.generation else self.root
 
     @property
     def conf(self) -> Path:
-        return self.root / "conf"
+        return self.home / "conf"
 
     @property
     def log(self) -> Path:
-        return self.root / "log"
+        return self.home / "log"
 
     @property
     def work(self) -> Path:
@@ -191,11 +206,16 @@ class ClusterPaths:
 
     @property
     def tmp(self) -> Path:
-        return self.root / "tmp"
+        return self.home / "tmp"
 
     @property
     def record(self) -> Path:
         return self.root / "cluster.json"
+
+    def slot(self, name: str) -> Path:
+        """The record file of the app's live cluster ("cluster"), its standby or its retired cluster."""
+        assert name in SLOTS, name
+        return self.root / f"{name}.json"
 
 
 def render_config(app: FlinkApp, paths: ClusterPaths, *, rest_port: int, rpc_port: int) -> dict[str, str]:
@@ -296,6 +316,7 @@ class ClusterRecord(BaseModel):
     app: str
     cluster_id: str  # the marker in every JVM's command line
     config_hash: str
+    generation: str = ""  # "" for a cold start; a warm standby's generation (its directory gen-<generation>)
     spec_hash: str | None = None
     rest_port: int
     rpc_port: int

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from reconciler.core.observed import Checkpoint, ClusterPhase
 from reconciler.spec.model import FlinkApp
@@ -138,4 +138,36 @@ class Runtime(Protocol):
         """Complete savepoints and retained checkpoints of `app` in its storage, newest first: the
         evidence of a past that outlives the cluster and the records. Raises ObserveError when the
         storage cannot be read (never answers [] for "could not look")."""
+        ...
+
+
+@runtime_checkable
+class StandbyRuntime(Runtime, Protocol):
+    """A runtime that can run a second cluster of an app beside its live one: a warm standby, so a change
+    that needs new JVMs does not put the cluster start into the job's downtime. A runtime without these
+    methods gets cold plans (`core.planner.Policy.warm_standby`); the plan says so.
+
+    The clusters of one app are told apart by a generation (a short token the plan chooses, deterministic
+    per revision and attempt). At most three exist for a moment: the live one (which `observe`, `flink`,
+    `start_job` and `ensure_cluster` address), a standby, and the retired one a promotion left for a
+    rollback. Every method is idempotent and holds across a crash of the caller at any point: the runtime's
+    own records say which cluster is live. `delete_cluster` removes all of them."""
+
+    def start_standby(self, app: FlinkApp, *, generation: str, deadline: float) -> ClusterInfo:
+        """Start (or find) standby `generation` for `app`, without a job, and wait until it is READY (every
+        TaskManager's slots registered). A standby of another generation is deleted first."""
+        ...
+
+    def promote_standby(self, app: str, *, generation: str, deadline: float) -> None:
+        """Standby `generation` becomes the live cluster; the live one is retired (kept, not stopped). Done
+        already when `generation` is live; PermanentStepError when there is no such standby."""
+        ...
+
+    def discard_standby(self, app: str, *, generation: str, deadline: float) -> None:
+        """Undo: when `generation` is live, the retired cluster is live again; then cluster `generation` is
+        deleted. No such cluster: nothing to do."""
+        ...
+
+    def delete_retired(self, app: str, *, deadline: float) -> None:
+        """Delete the retired cluster, if there is one."""
         ...

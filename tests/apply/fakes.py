@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from reconciler.clock import FakeClock
 from reconciler.core.observed import Checkpoint, ClusterPhase
@@ -313,6 +313,7 @@ class FakeCluster:
     ready_at: float
     spec_hash: str
     flink: FakeFlink
+    generation: str = ""
 
 
 class FakeRuntime:
@@ -379,10 +380,13 @@ class FakeRuntime:
 
     def known_paths(self) -> set[str]:
         paths = set(self.savepoints_taken) | self.extra_paths
-        for c in self.clusters.values():
+        for c in self.all_clusters():
             for j in c.flink.jobs_by_id.values():
                 paths.update(p for _, p, _ in j.checkpoints)
         return paths
+
+    def all_clusters(self) -> list[FakeCluster]:
+        return list(self.clusters.values())
 
     def running_jobs(self, app: str) -> list[str]:
         cluster = self.clusters.get(app)
@@ -502,3 +506,87 @@ def make_app(
         "spec": {"flinkConfiguration": conf, "job": job, "savepoints": {"retain": retain},
                  "taskManager": {"slots": 4}},
     })
+
+
+class FakeStandbyRuntime(FakeRuntime):
+    """A FakeRuntime that is also a `StandbyRuntime`: a second cluster per app (warm standby) beside the
+    live one, promoted and discarded like the local runtime's (the old cluster kept, retired, until it is
+    deleted). `standby_error` makes every standby fail to start (a config Flink rejects)."""
+
+    def __init__(self, clock: FakeClock, **kw: Any) -> None:
+        super().__init__(clock, **kw)
+        self.standbys: dict[str, FakeCluster] = {}
+        self.retired: dict[str, FakeCluster] = {}
+        self.standby_error: str | None = None
+        self.standby_starts: list[str] = []  # generations whose cluster was started (not found)
+
+    def all_clusters(self) -> list[FakeCluster]:
+        return [*self.clusters.values(), *self.standbys.values(), *self.retired.values()]
+
+    def clusters_of(self, app: str) -> list[FakeCluster]:
+        """Every cluster of the app that exists (its JVMs), whatever slot it is in."""
+        return [c for slot in (self.clusters, self.standbys, self.retired) if (c := slot.get(app)) is not None]
+
+    def start_standby(self, app: FlinkApp, *, generation: str, deadline: float) -> ClusterInfo:
+        def go() -> ClusterInfo:
+            now = self.clock.monotonic()
+            live = self.clusters.get(app.name)
+            if live is not None and live.generation == generation:
+                return self.observe(app.name)
+            sb = self.standbys.get(app.name)
+            if sb is not None and sb.generation != generation:
+                self.deletes.append(f"{app.name}@{sb.generation}")
+                del self.standbys[app.name]
+                sb = None
+            if sb is None:
+                if self.standby_error:
+                    raise RuntimeProvisionError(self.standby_error)
+                sb = self.standbys[app.name] = FakeCluster(app.name, now + self.cluster_start_s,
+                                                           spec_hash(app.canonical()), FakeFlink(self, app.name),
+                                                           generation)
+                self.standby_starts.append(generation)
+            if sb.ready_at > deadline:
+                self.clock.sleep(max(0.0, deadline - now))
+                raise DeadlineExceededError(f"standby {generation} of {app.name} not ready by its deadline")
+            self.clock.sleep(max(0.0, sb.ready_at - now))
+            return ClusterInfo(app=app.name, phase=ClusterPhase.READY, rest_url=f"fake://{app.name}@{generation}",
+                               spec_hash=sb.spec_hash)
+        return self.call("start_standby", go)
+
+    def promote_standby(self, app: str, *, generation: str, deadline: float) -> None:
+        def go() -> None:
+            live = self.clusters.get(app)
+            if live is not None and live.generation == generation:
+                return
+            sb = self.standbys.get(app)
+            if sb is None or sb.generation != generation:
+                raise PermanentStepError(f"standby {generation} of {app} is gone")
+            if live is not None:
+                self.retired[app] = live
+            self.clusters[app] = self.standbys.pop(app)
+        self.call("promote_standby", go)
+
+    def discard_standby(self, app: str, *, generation: str, deadline: float) -> None:
+        def go() -> None:
+            live = self.clusters.get(app)
+            if live is not None and live.generation == generation:
+                if app not in self.retired:
+                    raise PermanentStepError(f"{app}: {generation} is live and the old cluster is gone")
+                self.standbys[app] = live
+                self.clusters[app] = self.retired.pop(app)
+            sb = self.standbys.get(app)
+            if sb is not None and sb.generation == generation:
+                self.deletes.append(f"{app}@{generation}")
+                del self.standbys[app]
+        self.call("discard_standby", go)
+
+    def delete_retired(self, app: str, *, deadline: float) -> None:
+        def go() -> None:
+            if self.retired.pop(app, None) is not None:
+                self.deletes.append(f"{app}@retired")
+        self.call("delete_retired", go)
+
+    def delete_cluster(self, app: str, *, deadline: float) -> None:
+        self.standbys.pop(app, None)
+        self.retired.pop(app, None)
+        super().delete_cluster(app, deadline=deadline)
