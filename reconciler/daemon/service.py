@@ -29,7 +29,7 @@ from reconciler.daemon.shards import Shard, ShardRecordStore, shard_view
 from reconciler.errors import ConfigError, PlanStaleError, ReconcilerError, SpecError
 from reconciler.live.artifacts import resolve_jar
 from reconciler.live.observe import observe
-from reconciler.live.ports import Runtime
+from reconciler.live.ports import Runtime, StandbyRuntime
 from reconciler.live.records import FileRecordStore, RecordStore
 from reconciler.logs import log_context
 from reconciler.report.reporter import Reporter
@@ -252,7 +252,8 @@ class Reconciler:
             live=observe(shard_view(self.runtime, self.shard), names),
             records=records,
             now=self.clock.now(),
-            policy=self.policy,
+            # warm standby only where the runtime can run two clusters of an app (the plan says which)
+            policy=dataclasses.replace(self.policy, warm_standby=isinstance(self.runtime, StandbyRuntime)),
             mode="live",
         )
 
