@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,22 @@ class FlinkPermanentError(FlinkRestError, PermanentStepError):
 
 class FlinkTriggerNotFoundError(FlinkPermanentError, TriggerNotFoundError):
     """GET /jobs/{id}/savepoints/{trigger} answered 404."""
+
+
+class FlinkUnsupportedError(FlinkPermanentError):
+    """This Flink cannot do it here: the endpoint does not exist (404/405), or the job's scheduler refuses it
+    (the default scheduler and a job's resource requirements: only the adaptive scheduler changes them)."""
+
+
+@dataclass(frozen=True)
+class JobVertex:
+    """One vertex of a job as `GET /jobs/{id}` reports it."""
+
+    vertex_id: str
+    name: str
+    parallelism: int
+    status: str
+    tasks_running: int
 
 
 def summarize_stack(text: str) -> str:
@@ -220,6 +237,57 @@ class FlinkRestClient:
     def cancel(self, job_id: str) -> None:
         """Cancel; a job that is already terminal (409) is not an error."""
         self._request("PATCH", f"/jobs/{job_id}?mode=cancel", job_id=job_id, ok_statuses=(409,))
+
+    # -- parallelism (adaptive scheduler) -----------------------------------------------------------
+
+    def vertices(self, job_id: str) -> list[JobVertex]:
+        """The job's vertices with the parallelism they run at (cached by Flink for web.refresh-interval)."""
+        body = self._json("GET", f"/jobs/{job_id}", job_id=job_id)
+        return [JobVertex(vertex_id=str(v.get("id", "")), name=str(v.get("name", "")),
+                          parallelism=int(v.get("parallelism", 0)), status=str(v.get("status", "")),
+                          tasks_running=int((v.get("tasks") or {}).get("RUNNING", 0)))
+                for v in body.get("vertices", [])]
+
+    def resource_requirements(self, job_id: str) -> dict[str, tuple[int, int]]:
+        """`GET /jobs/{id}/resource-requirements`: vertex id -> (lower, upper) parallelism bound."""
+        body = self._requirements("GET", job_id)
+        out: dict[str, tuple[int, int]] = {}
+        for vertex, req in body.items():
+            bounds = (req or {}).get("parallelism") or {}
+            out[str(vertex)] = (int(bounds.get("lowerBound", 0)), int(bounds.get("upperBound", 0)))
+        return out
+
+    def set_resource_requirements(self, job_id: str, requirements: Mapping[str, tuple[int, int]]) -> None:
+        """`PUT /jobs/{id}/resource-requirements` (every vertex of the job, or Flink answers 400). The adaptive
+        scheduler rescales the running job to them; Flink answers at once, before it did."""
+        payload = {v: {"parallelism": {"lowerBound": lo, "upperBound": hi}} for v, (lo, hi) in requirements.items()}
+        self._requirements("PUT", job_id, payload)
+
+    def _requirements(self, method: str, job_id: str, payload: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        path = f"/jobs/{job_id}/resource-requirements"
+        try:
+            # 404/405: no such route (a Flink before 1.18). An unknown job is a 500 FlinkJobNotFoundException.
+            resp = self._request(method, path, payload=payload, ok_statuses=(404, 405))
+        except FlinkRestError as e:
+            text = "\n".join(e.errors)
+            if "FlinkJobNotFoundException" in text:
+                raise JobNotFoundError(f"Flink does not know job {job_id} ({method} {e.url}): {e.cause}") from e
+            if "UnsupportedOperationException" in text:
+                raise FlinkUnsupportedError("the job's scheduler cannot change its parallelism in place (only the "
+                                            "adaptive scheduler can)", method=method, url=e.url, status=e.status,
+                                            errors=e.errors) from e
+            raise
+        if resp.status_code in (404, 405):
+            raise FlinkUnsupportedError("this Flink has no resource requirements endpoint", method=method,
+                                        url=self._url(path), status=resp.status_code, errors=_errors_of(resp))
+        if method != "GET":
+            return {}
+        try:
+            body = resp.json()
+        except ValueError as e:
+            raise FlinkTransientError(f"Flink answered with non-JSON: {resp.text[:300]!r}", method=method,
+                                      url=self._url(path), status=resp.status_code) from e
+        return body if isinstance(body, dict) else {}
 
     # -- savepoints and checkpoints -----------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from reconciler.live.flink import (
     FlinkPermanentError,
     FlinkRestClient,
     FlinkUnavailableError,
+    FlinkUnsupportedError,
     is_transient_text,
 )
 from reconciler.live.local import LocalRuntime
@@ -293,3 +294,27 @@ def test_timeout_is_transient() -> None:
         assert time.monotonic() - t0 < 5
     finally:
         srv.close()
+
+
+def test_the_default_scheduler_refuses_resource_requirements_and_vertices_are_listed(cluster: Cluster) -> None:
+    """Issue 11 item 2: only the adaptive scheduler changes a job's parallelism in place. This cluster runs
+    the default one: Flink 2.3 answers GET .../resource-requirements with a 500 UnsupportedOperationException,
+    which the client raises as FlinkUnsupportedError (permanent: the executor falls back at once)."""
+    jid = cluster.job_id("rr")
+    cluster.run(jid, "out-rr")
+    cluster.await_running(jid)
+    with pytest.raises(FlinkUnsupportedError) as e:
+        cluster.client.resource_requirements(jid)
+    assert isinstance(e.value, PermanentStepError) and "AdaptiveScheduler" in e.value.cause
+    vertices = cluster.client.vertices(jid)
+    assert [v.parallelism for v in vertices] == [1, 1] and len({v.vertex_id for v in vertices}) == 2
+    assert any(v.name.startswith("Source: generator") for v in vertices)
+    with pytest.raises(FlinkUnsupportedError):
+        cluster.client.set_resource_requirements(jid, {v.vertex_id: (2, 2) for v in vertices})
+    # A request Flink's dispatcher rejects (an unknown vertex) is a plain permanent error (400).
+    with pytest.raises(FlinkPermanentError, match="was not found in the JobGraph"):
+        cluster.client.set_resource_requirements(jid, {"f" * 32: (2, 2)})
+    cluster.client.cancel(jid)
+    # An unknown job is a 500 FlinkJobNotFoundException on this endpoint, not a 404: still JobNotFoundError.
+    with pytest.raises(JobNotFoundError):
+        cluster.client.resource_requirements("0" * 31 + "2")
