@@ -35,6 +35,7 @@ from typing import Any, Final, TypeVar
 from pydantic import ValidationError
 
 from reconciler.apply.journal import KEEP, InFlight, Journal, Keep, Stage, StepPhase
+from reconciler.apply.rescale import in_place_done, rescale_in_place
 from reconciler.apply.retry import Backoff
 from reconciler.clock import Clock
 from reconciler.core.observed import ClusterPhase, JobPhase, Outcome, job_phase
@@ -51,6 +52,7 @@ from reconciler.core.plan import (
     ForgetApp,
     Plan,
     PromoteStandby,
+    RescaleInPlace,
     RestoreKind,
     SpecRef,
     StartJob,
@@ -350,6 +352,8 @@ class Executor:
 
     @staticmethod
     def _next_index(inf: InFlight) -> int:
+        if in_place_done(inf):  # rescaled in place: the steps after it are its fallback, not to run
+            return len(inf.steps)
         return inf.step_index + 1 if inf.phase is StepPhase.DONE else inf.step_index
 
     def _succeed(self, run: _Run) -> AppResult:
@@ -360,6 +364,8 @@ class Executor:
             job_id = starts[-1].job_id
         elif any(isinstance(s, StopWithSavepoint | CancelJob | DeleteCluster) for s in plan.steps):
             job_id = None
+        if (inf := self.journal.inflight(run.app)) is not None and (done := in_place_done(inf)) is not None:
+            job_id = done.job_id  # rescaled in place: the same job runs on
         if plan.desired is not None:
             try:
                 retention = FlinkApp.model_validate(plan.desired).spec.savepoints
@@ -461,6 +467,11 @@ class Executor:
                 self._record_timing(run, step, t0, rollback)
                 self._emit(run, step, EventPhase.FAILED, t0, index=index, count=len(steps), rollback=rollback,
                            message=str(e))
+                if isinstance(step, RescaleInPlace) and stage is Stage.FORWARD:  # the steps after it: its fallback
+                    self.journal.note(run.app, "fallback", f"in-place rescale to parallelism {step.parallelism} "
+                                      f"failed ({_short(str(e), 500)}); running the regular upgrade instead",
+                                      revision=run.revision, outcome=Outcome.PENDING)
+                    continue
                 raise _StageFailedError(index, step, _short(str(e))) from e
             except Exception as e:  # a bug in a handler or port: fail this app's step, not the process
                 log.exception("%s: step %s raised unexpectedly", run.app, step.type)
@@ -472,6 +483,8 @@ class Executor:
             self.journal.step_done(run.app, index, **scratch)
             self._record_timing(run, step, t0, rollback)
             self._emit(run, step, EventPhase.DONE, t0, index=index, count=len(steps), rollback=rollback)
+            if isinstance(step, RescaleInPlace) and stage is Stage.FORWARD:
+                return  # rescaled in place: the steps after it are its fallback
 
     def _with_retries(
         self, run: _Run, step: Step, attempt_fn: Callable[[float], R], *, index: int = 0, count: int = 1,
@@ -525,6 +538,10 @@ class Executor:
                 self.runtime.delete_cluster(run.app, deadline=deadline)
             case ForgetApp():
                 self.journal.forget(run.app)
+            case RescaleInPlace(job_id=job_id):
+                flink = self.runtime.flink(run.app)
+                rescale_in_place(flink, step, job_progress=lambda: self._job_progress(flink, job_id),
+                                 wait=lambda what: self._wait(deadline, what, flink=flink, job_id=job_id))
             case StartStandbyCluster():
                 self._start_standby(run, step, deadline)
             case PromoteStandby(generation=gen):
