@@ -283,6 +283,11 @@ class LocalRuntime:
             standby = self.read_record(app, "standby")
             if standby is not None and standby.generation == generation:
                 self._remove(app, "standby", deadline)
+            elif generation and not any(r.generation == generation for r in self.cluster_records(app).values()):
+                # a standby that failed before it had a record (Flink rejected its memory configuration)
+                paths = self.paths(app, generation)
+                for d in (paths.conf, paths.tmp):
+                    shutil.rmtree(d, ignore_errors=True)
 
     def delete_retired(self, app: str, *, deadline: float) -> None:
         with self._lock(app, deadline):

@@ -1,0 +1,293 @@
+"""Downtime of a cluster-level change: warm standby against cold, against an args-only upgrade (issue 11).
+
+One app (the counter job, savepoint mode), one local runtime, one run. Each round applies, in turn:
+
+- args:  a job-argument change (`--rate + 1`): job-only, the cluster is kept;
+- warm:  a TaskManager memory change, `spec.upgrade.clusterStrategy: warmStandby` (the default): the new
+         cluster starts beside the running job, which moves to it once it is ready;
+- cold:  a TaskManager memory change with `clusterStrategy: cold`: stop the job, restart the cluster, start.
+
+Each change goes through what `flink-reconciler apply` does (make_reconciler, lock, fetch, Reconciler.apply;
+statuses not posted). Measured (seconds, time.monotonic):
+
+- downtime: the stop request (timestamped just before FlinkRestClient.stop_with_savepoint's POST) -> the
+  new job first seen with every task running, by an observer thread that polls GET /jobs/overview of every
+  cluster of the app every `--observe-poll` s (it re-reads the runtime's cluster records, so it follows a
+  job to a standby or a restarted cluster);
+- cycle: the whole apply (for warm it includes the standby's start, which is not downtime).
+
+Every new job must report a savepoint as its restore point. Memory alternates between two values, so
+after the first round BashJavaUtils' answers are cached for both (as for any cluster seen before).
+
+    .venv/bin/python bench/cluster_upgrade_bench.py [--cycles 3] [--warmup 1] [--observe-poll 0.02]
+        [--checkpoint-interval '1 s'] [--json out.json] [--keep]
+
+Prints one JSON line per change, then a JSON summary and a Markdown table of medians. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.upgrade_bench import build_jar, git, job_args, stop_requests  # noqa: E402
+from reconciler.clock import SystemClock  # noqa: E402
+from reconciler.daemon.service import PassResult, make_reconciler  # noqa: E402
+from reconciler.live.local import LocalRuntime  # noqa: E402
+from reconciler.settings import load_settings  # noqa: E402
+from tests.fixtures.flink import COUNTER_MAIN  # noqa: E402
+
+APP = "bench-cluster-upgrade"
+MEMORIES = ("1280m", "1344m")
+VARIANTS = ("args", "warm", "cold")
+
+
+def spec_yaml(rate: int, memory: str, strategy: str, checkpoint_interval: str | None) -> str:
+    conf = f"  flinkConfiguration:\n    execution.checkpointing.interval: {checkpoint_interval}\n" \
+        if checkpoint_interval else ""
+    return f"""\
+apiVersion: flink-reconciler.io/v1alpha1
+kind: FlinkApp
+metadata:
+  name: {APP}
+spec:
+  taskManager:
+    replicas: 1
+    slots: 1
+    resources:
+      memory: {memory}
+{conf}  upgrade:
+    clusterStrategy: {strategy}
+  job:
+    jarURI: jobs/counter.jar
+    entryClass: {COUNTER_MAIN}
+    args: {json.dumps(job_args(rate))}
+    parallelism: 1
+    upgradeMode: savepoint
+  deadlines:
+    savepoint: 60s
+    start: 120s
+    healthy: 60s
+"""
+
+
+@dataclass
+class Observer:
+    """Polls /jobs/overview of every cluster of the app; remembers when each job was first seen running."""
+
+    rt: LocalRuntime
+    interval: float
+    running_at: dict[str, float] = field(default_factory=dict)
+    errors: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="observer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        with httpx.Client(timeout=2) as client:
+            while not self._stop.is_set():
+                try:
+                    urls = [r.rest_url for r in self.rt.cluster_records(APP).values()]
+                except Exception:  # a record being replaced: look again next round
+                    urls = []
+                for url in urls:
+                    try:
+                        jobs = client.get(f"{url}/jobs/overview").json()["jobs"]
+                    except (httpx.HTTPError, ValueError, KeyError):
+                        self.errors += 1
+                        continue
+                    now = time.monotonic()
+                    for j in jobs:
+                        tasks = j.get("tasks") or {}
+                        total = int(tasks.get("total", 0))
+                        if j["state"] == "RUNNING" and total > 0 and int(tasks.get("running", 0)) == total:
+                            self.running_at.setdefault(j["jid"], now)
+                self._stop.wait(self.interval)
+
+    def wait_running(self, job_id: str, timeout: float = 120) -> float:
+        end = time.monotonic() + timeout
+        while job_id not in self.running_at:
+            if time.monotonic() > end:
+                raise TimeoutError(f"observer never saw job {job_id} running")
+            time.sleep(self.interval)
+        return self.running_at[job_id]
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, root: Path, jar: Path) -> None:
+        self.args = args
+        self.root = root
+        self.work = root / "work"
+        self.state = root / "state"
+        origin = root / "origin.git"
+        git(root, "init", "-q", "--bare", "-b", "main", str(origin))
+        git(root, "clone", "-q", str(origin), str(self.work))
+        git(self.work, "checkout", "-q", "-b", "main")
+        (self.work / "jobs").mkdir()
+        shutil.copy(jar, self.work / "jobs" / "counter.jar")
+        (self.work / "apps").mkdir()
+        self.rate, self.memory = 100, MEMORIES[0]
+        self.rt = LocalRuntime(self.state, clock=SystemClock())
+        self.observer = Observer(self.rt, args.observe_poll)
+
+    def commit(self, strategy: str = "warmStandby") -> str:
+        (self.work / "apps" / f"{APP}.yaml").write_text(
+            spec_yaml(self.rate, self.memory, strategy, self.args.checkpoint_interval))
+        git(self.work, "add", "-A")
+        git(self.work, "commit", "-q", "-m", f"rate {self.rate}, memory {self.memory}, {strategy}")
+        git(self.work, "push", "-q", "origin", "HEAD:main")
+        return git(self.work, "rev-parse", "HEAD")
+
+    def apply(self, rev: str) -> tuple[PassResult, float]:
+        settings = load_settings({"repo_url": str(self.work), "state_dir": self.state, "status_sink": "none"})
+        t0 = time.monotonic()
+        rec = make_reconciler(settings, SystemClock(), report=False)
+        try:
+            with rec.journal.lock_exclusive():
+                rec.source.fetch()
+                result = rec.apply(rec.source.resolve(rev))
+        finally:
+            rec.journal.close()
+            if rec.runtime is not None:
+                rec.runtime.close()  # type: ignore[attr-defined]
+        return result, time.monotonic() - t0
+
+    def restored_from_savepoint(self, job_id: str) -> bool:
+        rec = self.rt.read_record(APP)
+        assert rec is not None
+        body = httpx.get(f"{rec.rest_url}/jobs/{job_id}/checkpoints", timeout=10).json()
+        return bool(((body.get("latest") or {}).get("restored") or {}).get("is_savepoint"))
+
+    def create(self) -> None:
+        result, _ = self.apply(self.commit())
+        assert result.ok, {k: v.message for k, v in result.results.items()}
+
+    def change(self, variant: str) -> dict[str, Any]:
+        strategy = "cold" if variant == "cold" else "warmStandby"
+        if variant == "args":
+            self.rate += 1
+        else:
+            self.memory = MEMORIES[1] if self.memory == MEMORIES[0] else MEMORIES[0]
+        rev = self.commit(strategy)
+        with stop_requests() as stops:
+            result, cycle = self.apply(rev)
+        res = result.results.get(APP)
+        assert result.ok and res is not None and res.job_id, {k: v.message for k, v in result.results.items()}
+        assert len(stops) == 1, f"expected one stop request, saw {len(stops)}"
+        plan = result.plan.app(APP)
+        running = self.observer.wait_running(res.job_id)
+        return {
+            "variant": variant, "revision": rev[:12], "job": res.job_id,
+            "strategy": plan.cluster_strategy.value if plan.cluster_strategy else None,
+            "downtime": running - stops[0], "cycle": cycle,
+            "steps": {k: round(v, 4) for k, v in res.step_timings},
+            "restored_from_savepoint": self.restored_from_savepoint(res.job_id),
+            "clusters": len(self.rt.cluster_records(APP)),
+        }
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for v in VARIANTS:
+        mine = [r for r in rows if r["variant"] == v]
+        out[v] = {"n": len(mine),
+                  "downtime_median": round(statistics.median(r["downtime"] for r in mine), 4),
+                  "downtime_min": round(min(r["downtime"] for r in mine), 4),
+                  "downtime_max": round(max(r["downtime"] for r in mine), 4),
+                  "cycle_median": round(statistics.median(r["cycle"] for r in mine), 4)}
+    base = out["args"]["downtime_median"]
+    out["ratio_warm_to_args"] = round(out["warm"]["downtime_median"] / base, 3)
+    out["ratio_cold_to_args"] = round(out["cold"]["downtime_median"] / base, 3)
+    return out
+
+
+def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
+    label = {"args": "args-only upgrade (job-only)", "warm": "TaskManager memory, warm standby",
+             "cold": "TaskManager memory, cold"}
+    lines = [f"local runtime, one app, {summary['args']['n']} rounds of each (after {args.warmup} warm-up); "
+             f"checkpointing {args.checkpoint_interval or 'off'}; observer poll {args.observe_poll:g}s", "",
+             "| change | downtime median (s) | min | max | x args-only | whole apply median (s) |",
+             "|---|---:|---:|---:|---:|---:|"]
+    base = summary["args"]["downtime_median"]
+    for v in VARIANTS:
+        m = summary[v]
+        lines.append(f"| {label[v]} | {m['downtime_median']:.3f} | {m['downtime_min']:.3f} | "
+                     f"{m['downtime_max']:.3f} | {m['downtime_median'] / base:.2f} | {m['cycle_median']:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cycles", type=int, default=3, help="measured rounds of args, warm, cold (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default 1)")
+    p.add_argument("--observe-poll", type=float, default=0.02, help="observer's poll interval (default 0.02)")
+    p.add_argument("--checkpoint-interval", default=None, help="e.g. '1 s': checkpointing on (AwaitHealthy)")
+    p.add_argument("--settle", type=float, default=1.0, help="seconds between changes (default 1)")
+    p.add_argument("--jar", type=Path, help="a built counter.jar (default: build it)")
+    p.add_argument("--json", type=Path, help="also write all results as JSON to this file")
+    p.add_argument("--keep", action="store_true", help="leave the cluster and temp dir (printed) in place")
+    args = p.parse_args(argv)
+
+    root = Path(tempfile.mkdtemp(prefix="cluster-upgrade-bench-"))
+    jar = args.jar or build_jar(root / "counter.jar")
+    bench = Bench(args, root, jar)
+    rows: list[dict[str, Any]] = []
+    try:
+        t = time.monotonic()
+        bench.create()
+        print(json.dumps({"setup": "created app and cluster", "seconds": round(time.monotonic() - t, 2)}), flush=True)
+        bench.observer.start()
+        for i in range(args.warmup + args.cycles):
+            for variant in VARIANTS:
+                time.sleep(args.settle)
+                row = bench.change(variant)
+                row["round"], row["warmup"] = i, i < args.warmup
+                assert row["restored_from_savepoint"], f"{variant}: the new job did not restore from a savepoint"
+                assert row["clusters"] == 1, f"{variant}: {row['clusters']} clusters of the app left"
+                want = {"args": "job-only", "warm": "warm-standby", "cold": "cold"}[variant]
+                assert row["strategy"] == want, f"{variant}: planned {row['strategy']}, expected {want}"
+                print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+                if not row["warmup"]:
+                    rows.append(row)
+        summary = summarize(rows)
+        print(json.dumps({"summary": summary}, indent=2))
+        print()
+        print(markdown(summary, args))
+        if args.json:
+            args.json.write_text(json.dumps({"config": {k: str(v) for k, v in vars(args).items()},
+                                             "summary": summary, "rows": rows}, indent=2))
+    finally:
+        bench.observer.stop()
+        if args.keep:
+            print(f"kept: {root} (cluster of {APP} still running)", file=sys.stderr)
+        else:
+            bench.rt.delete_cluster(APP, deadline=time.monotonic() + 60)
+            bench.rt.close()
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
