@@ -33,7 +33,7 @@ def in_place_rescale(upgrade: AppPlan, desired: FlinkApp, previous: FlinkApp | N
     assert previous is not None and live.job_id is not None  # _why_not checked both
     old, new = previous.spec.job.parallelism, desired.spec.job.parallelism
     step = RescaleInPlace(job_id=live.job_id, parallelism=new, previous_parallelism=old,
-                          deadline_s=max(1.0, desired.spec.deadlines.start.total_seconds()))
+                          deadline_s=max(1.0, desired.spec.deadlines.rescale.total_seconds()))
     shifted = None if upgrade.rollback_after is None else upgrade.rollback_after + 1
     return upgrade.model_copy(update={
         "action": Action.SCALE,

@@ -328,6 +328,12 @@ class Deadlines(_Model):
         default=timedelta(minutes=5),
     )
     delete: Duration = change(ChangeClass.IGNORE, "Tearing down the cluster.", default=timedelta(minutes=2))
+    rescale: Duration = change(
+        ChangeClass.IGNORE, "In-place rescale (upgrade.inPlaceRescale): until the job runs at the new parallelism "
+        "and checkpointed; past it, the regular upgrade runs instead. Flink's adaptive scheduler first waits out "
+        "its cooldown after the job's last (re)start (jobmanager.adaptive-scheduler.executing.cooldown-after-"
+        "rescaling, 30s by default).", default=timedelta(minutes=2),
+    )
 
 
 class ClusterStrategy(StrEnum):

@@ -129,7 +129,7 @@ def test_in_place_rescale_table(row: Row) -> None:
         assert isinstance(first, RescaleInPlace)
         assert (first.job_id, first.parallelism, first.previous_parallelism) == (
             JOB, row.desired.spec.job.parallelism, row.previous.spec.job.parallelism)
-        assert first.deadline_s == row.desired.spec.deadlines.start.total_seconds()
+        assert first.deadline_s == row.desired.spec.deadlines.rescale.total_seconds() == 120
         assert p.rollback_after == 1, "a failure after the fallback's stop rolls back, as in the upgrade"
         assert tuple(s.type for s in p.rollback) == ("EnsureCluster", "StartJob", "AwaitRunning")
         assert "the steps below run instead" in describe_step(first)
