@@ -15,6 +15,17 @@ Per app, all in ``metadata.namespace`` (see docs/kubernetes.md for the full pict
   StatefulSet plus headless Service, Services ``<name>-jobmanager`` (rpc, blob) and ``<name>-rest``.
 - With HA: ServiceAccount/Role/RoleBinding ``<name>-flink`` for Flink's HA ConfigMaps and Leases.
 
+**Job generations.** Every job the reconciler starts is a new generation of the app's Flink cluster: the
+JobManager carries the job (``--job-id``), and the TaskManagers are started for it too (pod template
+annotation ``flink-reconciler.io/job-id``), so they roll with it. Without HA a kept TaskManager would find
+the replaced JobManager only when its ResourceManager heartbeat times out (50 s by default: the standalone
+leader address and id never change). With HA each generation has its own HA identity,
+``<name>.<first 12 hex digits of the job id>`` as ``kubernetes.cluster-id`` (HA ConfigMap names) and
+``high-availability.cluster-id`` (job result store, execution plans and blobs under the storageDir), passed
+as ``-D`` arguments to the JobManager and the TaskManagers: a new job never recovers an old job's HA data
+(Flink 2.3 refuses to run the application's job then), while a restarted JobManager of the same job
+recovers its own. The dot cannot appear in an app name, so no app's HA identity is another app's.
+
 A suspended app keeps only the root and config ConfigMaps: no pod runs (like the Flink operator, which
 removes the JobManager on suspend); its state lives in the savepoint taken before suspending.
 
@@ -25,6 +36,7 @@ when given ``root_uid`` and otherwise leaves them out (the runtime applies the r
 from __future__ import annotations
 
 import copy
+import enum
 import hashlib
 import io
 import json
@@ -42,6 +54,7 @@ from reconciler.spec.model import FlinkApp, JobState
 Obj = dict[str, Any]
 
 FIELD_MANAGER = "flink-reconciler"
+ANNOTATION_JOB_ID = "flink-reconciler.io/job-id"
 ANNOTATION_SPEC_HASH = "flink-reconciler.io/spec-hash"
 ANNOTATION_REVISION = "flink-reconciler.io/revision"
 ANNOTATION_CONFIG_HASH = "flink-reconciler.io/config-hash"
@@ -78,7 +91,8 @@ _RESERVED: dict[str, str] = {
     "taskmanager.memory.process.size": "set spec.taskManager.resources.memory",
     "high-availability.type": "set spec.highAvailability.enabled",
     "high-availability.storageDir": "set spec.highAvailability.storageDir",
-    "kubernetes.cluster-id": "derived from the app name",
+    "kubernetes.cluster-id": "derived from the app name and the job (one HA identity per job generation)",
+    "high-availability.cluster-id": "derived from the app name and the job (one HA identity per job generation)",
 }
 
 LOG4J_CONSOLE = """\
@@ -131,6 +145,29 @@ def cpu_quantity(cores: float) -> str:
     """The canonical Kubernetes form, so live objects compare equal to rendered ones."""
     milli = round(cores * 1000)
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+HA_ID_DIGITS = 12  # of the job id in the HA identity: an app name (max 45) + 13 stays a valid label value (63)
+
+
+def ha_cluster_id(app: str, job_id: str | None) -> str:
+    """The HA identity of the generation of `app` that runs `job_id` (see the module docstring). Without a job
+    id it is the app name: what config.yaml says, and what clusters rendered before generations used."""
+    return f"{app}.{job_id[:HA_ID_DIGITS]}" if job_id else app
+
+
+def ha_identity_args(app: FlinkApp, job_id: str | None) -> list[str]:
+    """`-D` arguments that give a JobManager or TaskManager the HA identity of `job_id`'s generation."""
+    if not app.spec.high_availability.enabled or not job_id:
+        return []
+    cid = ha_cluster_id(app.name, job_id)
+    return ["-D", f"kubernetes.cluster-id={cid}", "-D", f"high-availability.cluster-id={cid}"]
+
+
+class Generation(enum.Enum):
+    """`render_app(taskmanagers_for=...)`: the TaskManagers are for the same job as the JobManager."""
+
+    OF_THE_JOB = "of the job"
 
 
 def object_names(name: str) -> dict[str, str]:
@@ -278,7 +315,7 @@ def _meta(app: FlinkApp, name: str, *, revision: str, component: str | None) -> 
 
 
 def _pod_spec(app: FlinkApp, component: str, args: list[str], config_hash: str, *,
-              jar_url: str | None = None, jar_path: str | None = None) -> Obj:
+              jar_url: str | None = None, jar_path: str | None = None, job_id: str | None = None) -> Obj:
     s = app.spec
     names = object_names(app.name)
     res = s.job_manager.resources if component == "jobmanager" else s.task_manager.resources
@@ -317,6 +354,11 @@ def _pod_spec(app: FlinkApp, component: str, args: list[str], config_hash: str, 
     }
     if env:
         container["env"] = env
+    if component == "jobmanager":
+        # A JobManager that exits with an error reports the tail of its log (Flink's exception) in its status:
+        # the runtime quotes it when a job fails to start. (Not on TaskManagers: a new field in their template
+        # would restart the TaskManagers of every running app once.)
+        container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     if component == "taskmanager":
         for vct in s.task_manager.volume_claim_templates:
             mounts.append({"name": vct.name, "mountPath": vct.mount_path})
@@ -345,11 +387,14 @@ def _pod_spec(app: FlinkApp, component: str, args: list[str], config_hash: str, 
             "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
                                 "labelSelector": {"matchLabels": selector_labels(app.name, "taskmanager")}},
         }]}}
+    annotations = {ANNOTATION_CONFIG_HASH: config_hash}
+    if job_id:
+        annotations[ANNOTATION_JOB_ID] = job_id
     template: Obj = {
         "metadata": {
             "labels": dict(sorted({**app.metadata.labels, **selector_labels(app.name, component),
                                    LABEL_VERSION: s.flink_version}.items())),
-            "annotations": {ANNOTATION_CONFIG_HASH: config_hash},
+            "annotations": dict(sorted(annotations.items())),
         },
         "spec": spec,
     }
@@ -364,6 +409,7 @@ def jobmanager_args(app: FlinkApp, *, job_id: str | None, restore_path: str | No
         # and its parser stops at the first unknown one, so every option after it (--job-classname, --job-id,
         # --fromSavepoint) became a job argument and was silently ignored (seen on real Flink 2.3).
         args += ["-D", "jobmanager.rpc.address=$(POD_IP)"]
+    args += ha_identity_args(app, job_id)
     if app.spec.job.entry_class:
         args += ["--job-classname", app.spec.job.entry_class]
     if job_id:
@@ -385,16 +431,21 @@ def render_app(
     restore_path: str | None,
     allow_non_restored_state: bool = False,
     root_uid: str | None = None,
+    taskmanagers_for: str | Generation | None = Generation.OF_THE_JOB,
 ) -> list[Obj]:
     """Every object of `app`, root first. Raises RenderError for input Kubernetes cannot run, including
-    state that would not be durable there (see k8s_storage: the first problem is raised)."""
+    state that would not be durable there (see k8s_storage: the first problem is raised).
+
+    `taskmanagers_for` is the job id whose generation the TaskManagers belong to (None: the TaskManagers of a
+    cluster rendered before generations, or not started for any job yet); by default the JobManager's job."""
     problems = kubernetes_spec_problems(app)
     if problems:
         more = f" (and {len(problems) - 1} more: `flink-reconciler validate --runtime kubernetes` lists them)" \
             if len(problems) > 1 else ""
         raise RenderError(problems[0].message + more, app=app.name, field=problems[0].field)
     return _render(app, revision=revision, job_id=job_id, restore_path=restore_path,
-                   allow_non_restored_state=allow_non_restored_state, root_uid=root_uid)
+                   allow_non_restored_state=allow_non_restored_state, root_uid=root_uid,
+                   taskmanagers_for=taskmanagers_for)
 
 
 def kubernetes_problems(app: FlinkApp) -> list[SpecProblem]:
@@ -416,7 +467,8 @@ def _loc(field: str | None) -> tuple[str, ...]:
 
 
 def _render(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: str | None,
-            allow_non_restored_state: bool = False, root_uid: str | None = None) -> list[Obj]:
+            allow_non_restored_state: bool = False, root_uid: str | None = None,
+            taskmanagers_for: str | Generation | None = Generation.OF_THE_JOB) -> list[Obj]:
     name, ns = app.name, app.metadata.namespace
     names = object_names(name)
     s = app.spec
@@ -453,9 +505,10 @@ def _render(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: s
         "data": {"config.yaml": conf_text, "log4j-console.properties": LOG4J_CONSOLE},
     })
     if s.job.state is not JobState.SUSPENDED:
+        tm_job = job_id if isinstance(taskmanagers_for, Generation) else taskmanagers_for
         objs += _workloads(app, revision=revision, job_id=job_id, restore_path=restore_path,
                            allow_non_restored_state=allow_non_restored_state, jar_path=jar_path,
-                           jar_url=jar_url, config_hash=config_hash)
+                           jar_url=jar_url, config_hash=config_hash, tm_job=tm_job)
     if root_uid:
         objs = with_owner(objs, root_name=names["root"], root_uid=root_uid)
     return objs
@@ -463,7 +516,7 @@ def _render(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: s
 
 def _workloads(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: str | None,
                allow_non_restored_state: bool, jar_path: str | None, jar_url: str | None,
-               config_hash: str) -> list[Obj]:
+               config_hash: str, tm_job: str | None) -> list[Obj]:
     name = app.name
     names = object_names(name)
     s = app.spec
@@ -478,7 +531,8 @@ def _workloads(app: FlinkApp, *, revision: str, job_id: str | None, restore_path
          "spec": {"type": "ClusterIP", "selector": selector_labels(name, "jobmanager"), "ports": [
              {"name": "rest", "port": REST_PORT, "targetPort": REST_PORT, "protocol": "TCP"}]}},
     ]
-    tm_pod = _pod_spec(app, "taskmanager", ["taskmanager"], config_hash)
+    tm_pod = _pod_spec(app, "taskmanager", ["taskmanager", *ha_identity_args(app, tm_job)], config_hash,
+                       job_id=tm_job)
     vcts = s.task_manager.volume_claim_templates
     if vcts:
         out.append({"apiVersion": "v1", "kind": "Service",
@@ -498,6 +552,10 @@ def _workloads(app: FlinkApp, *, revision: str, job_id: str | None, restore_path
                     "metadata": _meta(app, names["taskmanager"], revision=revision, component="taskmanager"),
                     "spec": {"replicas": s.task_manager.replicas, "serviceName": names["taskmanager"],
                              "podManagementPolicy": "Parallel",
+                             # Every TaskManager rolls with a new job generation: all at once, like the
+                             # Recreate Deployment (where the MaxUnavailableStatefulSet feature is on).
+                             "updateStrategy": {"type": "RollingUpdate",
+                                                "rollingUpdate": {"maxUnavailable": "100%"}},
                              "selector": {"matchLabels": selector_labels(name, "taskmanager")},
                              # PVCs go with the app (state lives in savepoints), but survive a scale-down.
                              "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete",
@@ -512,7 +570,7 @@ def _workloads(app: FlinkApp, *, revision: str, job_id: str | None, restore_path
     args = jobmanager_args(app, job_id=job_id, restore_path=restore_path,
                            allow_non_restored_state=allow_non_restored_state, jar_path=jar_path,
                            fetched=jar_url is not None)
-    jm_pod = _pod_spec(app, "jobmanager", args, config_hash, jar_url=jar_url, jar_path=jar_path)
+    jm_pod = _pod_spec(app, "jobmanager", args, config_hash, jar_url=jar_url, jar_path=jar_path, job_id=job_id)
     out.append({"apiVersion": "apps/v1", "kind": "Deployment",
                 "metadata": _meta(app, names["jobmanager"], revision=revision, component="jobmanager"),
                 # Recreate: two JobManagers of one app must never run side by side.

@@ -67,10 +67,12 @@ PRUNABLE = ("Deployment", "StatefulSet", "Service", "ConfigMap", "RoleBinding", 
 # Kinds whose disappearance delete_cluster waits for.
 OWNED_KINDS = ("Deployment", "StatefulSet", "Service", "ConfigMap", "RoleBinding", "Role", "ServiceAccount", "Pod")
 
-# Flink's own labels on its Kubernetes HA ConfigMaps (cluster-id = the app name, see k8s_render). Flink 2.3
+# Flink's own labels on its Kubernetes HA ConfigMaps: `app=<kubernetes.cluster-id>` and this type. Flink 2.3
 # sets only these two (no `configmap-type`: seen on real Flink with the test process node), so the names
-# are checked too: `<app>-cluster-config-map` and `<app>-<job id>-config-map`.
-HA_CONFIGMAP_SELECTOR = "app={app},type=flink-native-kubernetes"
+# are checked too: `<cluster-id>-cluster-config-map` and `<cluster-id>-<job id>-config-map`. The cluster-id
+# is the HA identity of one job generation, `<app>.<12 hex>` (k8s_render.ha_cluster_id), or the app name
+# for clusters rendered before generations.
+HA_CONFIGMAP_SELECTOR = "type=flink-native-kubernetes"
 
 # Container states that do not heal by waiting: the cluster is FAILED (a deadline still decides).
 FAILING_REASONS = frozenset({
@@ -193,13 +195,68 @@ class Kube:
 
 # ---- status interpretation (pure) --------------------------------------------------------------
 
-def is_ha_configmap_name(app: str, name: str) -> bool:
-    """Flink's HA ConfigMap names for cluster-id `app`: the cluster's, and one per job (32 hex digits)."""
-    if name == f"{app}-cluster-config-map":
+def _hex(text: str, length: int) -> bool:
+    return len(text) == length and all(ch in "0123456789abcdef" for ch in text)
+
+
+def is_ha_configmap_name(cluster_id: str, name: str) -> bool:
+    """Flink's HA ConfigMap names for `cluster_id`: the cluster's, and one per job (32 hex digits)."""
+    if name == f"{cluster_id}-cluster-config-map":
         return True
-    middle = name.removeprefix(f"{app}-").removesuffix("-config-map")
-    return name.startswith(f"{app}-") and name.endswith("-config-map") and len(middle) == 32 \
-        and all(ch in "0123456789abcdef" for ch in middle)
+    middle = name.removeprefix(f"{cluster_id}-").removesuffix("-config-map")
+    return name.startswith(f"{cluster_id}-") and name.endswith("-config-map") and _hex(middle, 32)
+
+
+def ha_configmap_cluster_id(app: str, cm: Obj) -> str | None:
+    """The HA identity (cluster-id) of `app` that Flink's HA ConfigMap `cm` belongs to, or None when it is not
+    one of `app`'s: its `app` label is the app name (a cluster rendered before generations) or
+    `<app>.<12 hex>`, and its name is one of that identity's HA names. App names have no dot, so another
+    app's identity never matches."""
+    cid = _label(cm, "app") or ""
+    if cid != app:
+        prefix, dot, digits = cid.rpartition(".")
+        if not dot or prefix != app or not _hex(digits, r.HA_ID_DIGITS):
+            return None
+    return cid if is_ha_configmap_name(cid, str((cm.get("metadata") or {}).get("name", ""))) else None
+
+
+def generation_failure(pod: Obj) -> str | None:
+    """Why a pod of a new job generation will not come up, from what Kubernetes reports, or None.
+
+    Only a container that really ended with an error counts (a non-zero exit code now or before its last
+    restart, or CrashLoopBackOff): never a container that is still being created, pulled or probed."""
+    status = pod.get("status") or {}
+    for cs in status.get("containerStatuses") or []:
+        state, last = cs.get("state") or {}, (cs.get("lastState") or {}).get("terminated") or {}
+        term = state.get("terminated") or {}
+        waiting = state.get("waiting") or {}
+        failed = term if term and int(term.get("exitCode", 0)) != 0 else \
+            last if last and int(last.get("exitCode", 0)) != 0 else None
+        if failed is None and waiting.get("reason") != "CrashLoopBackOff":
+            continue
+        failed = failed or {}
+        restarts = int(cs.get("restartCount") or 0)
+        what = f"container {cs.get('name')} exited with code {failed.get('exitCode', '?')}"
+        if failed.get("reason"):
+            what += f" ({failed['reason']})"
+        if restarts:
+            what += f", restarted {restarts} time(s)"
+        if waiting.get("reason") == "CrashLoopBackOff":
+            what += ", CrashLoopBackOff"
+        cause = _termination_cause(str(failed.get("message") or ""))
+        return f"{what}{': ' + cause if cause else ''}"
+    return None
+
+
+def _termination_cause(message: str) -> str:
+    """The telling line of a termination message (with FallbackToLogsOnError: the log's tail): the last
+    `Caused by:` of a Java stack trace, else the last line that names an exception or error, else the last."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    for pick in (lambda ln: ln.startswith("Caused by:"), lambda ln: "Exception" in ln or "ERROR" in ln):
+        found = [ln for ln in lines if pick(ln)]
+        if found:
+            return found[-1][:400]
+    return lines[-1][:400] if lines else ""
 
 
 def workload_ready(obj: Obj) -> tuple[bool, str | None]:
@@ -477,10 +534,12 @@ class KubernetesRuntime:
 
     # ---- apply / prune / drift ----
     def render(self, app: FlinkApp, *, job_id: str | None = None, restore_path: str | None = None,
-               allow_non_restored_state: bool = False, root_uid: str | None = None) -> list[Obj]:
+               allow_non_restored_state: bool = False, root_uid: str | None = None,
+               taskmanagers_for: str | r.Generation | None = r.Generation.OF_THE_JOB) -> list[Obj]:
         revision = app.metadata.annotations.get(r.ANNOTATION_REVISION, self.revision)
         return r.render_app(app, revision=revision, job_id=job_id, restore_path=restore_path,
-                            allow_non_restored_state=allow_non_restored_state, root_uid=root_uid)
+                            allow_non_restored_state=allow_non_restored_state, root_uid=root_uid,
+                            taskmanagers_for=taskmanagers_for)
 
     def apply(self, objs: list[Obj]) -> list[Obj]:
         """Apply the root first, then the rest owned by it. Conflicts are reported with the other managers."""
@@ -543,16 +602,28 @@ class KubernetesRuntime:
 
     # ---- Runtime protocol ----
     def ensure_cluster(self, app: FlinkApp, *, deadline: float) -> ClusterInfo:
-        objs = self._render_or_fail(app)
-        jm = ("Deployment", r.object_names(app.name)["jobmanager"])
+        """Everything but the workloads that carry a job generation: the JobManager is start_job's, and so
+        are the TaskManagers of a cluster that has none yet (they are started for the job, see k8s_render).
+        Live TaskManagers are kept in step (scale, config) within their own generation."""
+        views = self._views((app.metadata.namespace,), r.app_selector(app.name))
+        live_tm = (views.get(app.name) or _AppView(namespace=app.metadata.namespace)).taskmanager
+        objs = self._render_or_fail(app, taskmanagers_for=taskmanager_generation(live_tm))
+        names = r.object_names(app.name)
+        jm = ("Deployment", names["jobmanager"])
+        tm = {("Deployment", names["taskmanager"]), ("StatefulSet", names["taskmanager"])}
         suspended = app.spec.job.state is JobState.SUSPENDED
-        keep = [o for o in objs if (o["kind"], o["metadata"]["name"]) != jm]
+        deferred = {jm} | (tm if live_tm is None else set())
+        keep = [o for o in objs if (o["kind"], o["metadata"]["name"]) not in deferred]
         self.apply(keep)
         self._ns_of[app.name] = app.metadata.namespace
-        # The JobManager belongs to start_job; a suspended app keeps no workload at all.
-        self.prune(app, keep, spare=() if suspended else (jm,))
+        self.prune(app, keep, spare=() if suspended else tuple(sorted(deferred)))
         if suspended:
             return self.observe(app.name)
+        if live_tm is None:
+            return ClusterInfo(app=app.name, phase=ClusterPhase.READY, rest_url=self._rest_url(app.name,
+                               app.metadata.namespace), spec_hash=(objs[0]["metadata"].get("annotations") or {}
+                                                                   ).get(r.ANNOTATION_SPEC_HASH),
+                               message="configuration applied; the TaskManagers start with the job")
         return self._wait(app, deadline, need_jobmanager=False, what="TaskManagers not available")
 
     def start_job(self, app: FlinkApp, *, job_id: str, jar: Path | None, restore_path: str | None,
@@ -564,10 +635,12 @@ class KubernetesRuntime:
                                     allow_non_restored_state=allow_non_restored_state)
         if app.spec.high_availability.enabled:
             self._forget_other_jobs(app, job_id, deadline=deadline, start=start)
+        # The JobManager and the TaskManagers of this job's generation (both roll when the job id is new).
         self.apply(objs)
         self._ns_of[app.name] = app.metadata.namespace
         self.prune(app, objs)
-        self._wait(app, deadline, need_jobmanager=True, what="JobManager not available", start=start)
+        self._wait(app, deadline, need_jobmanager=True, what="JobManager not available", start=start,
+                   generation=job_id)
         api = self.flink(app.name)
         last: Exception | None = None
         while True:
@@ -657,14 +730,17 @@ class KubernetesRuntime:
                     f"{app.name}: the old JobManager did not go away after {now - start:.0f}s "
                     f"(still present: {', '.join(sorted(pods))}); its HA data is kept and no new job was started")
             self.clock.sleep(min(self.poll_interval, max(0.0, deadline - now)))
-        self._delete_ha_configmaps(app.name, ns)
+        self._delete_ha_configmaps(app.name, ns, keep=r.ha_cluster_id(app.name, job_id))
 
-    def _delete_ha_configmaps(self, app: str, ns: str) -> list[str]:
-        """Flink's Kubernetes HA ConfigMaps of `app` (its cluster-id): leader, job graphs, checkpoint pointers.
-        Flink labels them itself (KubernetesUtils.getConfigMapLabels); they are not owned by our root."""
+    def _delete_ha_configmaps(self, app: str, ns: str, *, keep: str | None = None) -> list[str]:
+        """Flink's Kubernetes HA ConfigMaps of every HA identity of `app` but `keep`: leader, job graphs,
+        checkpoint pointers. Flink labels them itself (KubernetesUtils.getConfigMapLabels); they are not owned
+        by our root. Each generation has its own identity, so this is housekeeping, not what keeps a new job
+        from recovering an old one's data (see k8s_render)."""
         deleted = []
-        for cm in self.kube.list("ConfigMap", ns, HA_CONFIGMAP_SELECTOR.format(app=app)):
-            if not is_ha_configmap_name(app, cm["metadata"]["name"]):
+        for cm in self.kube.list("ConfigMap", ns, HA_CONFIGMAP_SELECTOR):
+            cid = ha_configmap_cluster_id(app, cm)
+            if cid is None or cid == keep:
                 continue
             if self.kube.delete("ConfigMap", ns, cm["metadata"]["name"]):
                 deleted.append(cm["metadata"]["name"])
@@ -692,6 +768,18 @@ class KubernetesRuntime:
             self._http_token = token
         return self._http
 
+    def _fail_on_crashed_generation(self, app: str, v: _AppView, job_id: str, start: float) -> None:
+        for pod in v.pods:
+            meta = pod.get("metadata") or {}
+            if meta.get("deletionTimestamp") or (meta.get("annotations") or {}).get(r.ANNOTATION_JOB_ID) != job_id:
+                continue
+            why = generation_failure(pod)
+            if why is not None:
+                comp = "JobManager" if _label(pod, r.LABEL_COMPONENT) == "jobmanager" else "TaskManager"
+                raise PermanentStepError(
+                    f"{app}: the {comp} of job {job_id} failed to start after "
+                    f"{self.clock.monotonic() - start:.0f}s: pod {meta.get('name')}: {why}")
+
     def _render_or_fail(self, app: FlinkApp, **kw: Any) -> list[Obj]:
         try:
             return self.render(app, **kw)
@@ -699,11 +787,17 @@ class KubernetesRuntime:
             raise PermanentStepError(f"cannot render {app.name} for Kubernetes: {e}") from e
 
     def _wait(self, app: FlinkApp, deadline: float, *, need_jobmanager: bool, what: str,
-              start: float | None = None) -> ClusterInfo:
+              start: float | None = None, generation: str | None = None) -> ClusterInfo:
+        """Until the cluster is READY (or, without need_jobmanager, its TaskManagers are). With `generation`
+        (a job id), a pod of that job's generation whose container ended with an error fails the wait at
+        once, with Kubernetes' own account: a JobManager that cannot start its job (bad entry class, bad
+        arguments) crash-loops, and waiting for the deadline would only delay the rollback."""
         start = self.clock.monotonic() if start is None else start
         while True:
             views = self._views((app.metadata.namespace,), r.app_selector(app.name))
             v = views.get(app.name) or _AppView(namespace=app.metadata.namespace)
+            if generation is not None:
+                self._fail_on_crashed_generation(app.name, v, generation, start)
             info = self._infos({app.name: v})[app.name]
             tm_ok = v.taskmanager is not None and workload_ready(v.taskmanager)[0]
             # Without need_jobmanager only the TaskManagers count: a stuck JobManager of a failed upgrade
@@ -716,6 +810,13 @@ class KubernetesRuntime:
                 reason = info.message or "no reason reported by Kubernetes"
                 raise DeadlineExceededError(f"{app.name}: {what} after {now - start:.0f}s: {reason}")
             self.clock.sleep(min(self.poll_interval, max(0.0, deadline - now)))
+
+
+def taskmanager_generation(workload: Obj | None) -> str | None:
+    """The job id the live TaskManagers were started for (None: none live, or rendered before generations)."""
+    meta = ((((workload or {}).get("spec") or {}).get("template") or {}).get("metadata") or {})
+    job: str | None = (meta.get("annotations") or {}).get(r.ANNOTATION_JOB_ID)
+    return job
 
 
 # ---- leader election -----------------------------------------------------------------------------
@@ -841,8 +942,11 @@ __all__ = [
     "KubernetesRuntime",
     "KubernetesUnavailableError",
     "LeaseElector",
+    "generation_failure",
+    "ha_configmap_cluster_id",
     "pod_problem",
     "rewind_warning",
     "subset_diff",
+    "taskmanager_generation",
     "workload_ready",
 ]

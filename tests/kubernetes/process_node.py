@@ -19,9 +19,11 @@ It plays the node for the stand-in API server (and, opt-in, for a real API serve
   directories; ``/opt/flink`` is the image (Flink's lib/plugins plus the test's ``usrlib``);
 - **probes and status**: readiness probes (``httpGet``, ``tcpSocket``) run for real against the pod's
   address and set ``Ready``; a container that exits is restarted (``restartPolicy: Always``) with the
-  kubelet's back-off, its ``restartCount``, ``lastState.terminated`` (real exit code) and ``waiting``
-  reason ``CrashLoopBackOff``, plus a Warning event; an image the node does not know is
-  ``ImagePullBackOff``; a pod whose PVC does not exist stays Pending (``Unschedulable``);
+  kubelet's back-off, its ``restartCount``, ``lastState.terminated`` (real exit code; with
+  ``terminationMessagePolicy: FallbackToLogsOnError`` a failed run's log tail as its ``message``, 80 lines
+  or 2048 bytes at most, as a kubelet does) and ``waiting`` reason ``CrashLoopBackOff``, plus a Warning
+  event; an image the node does not know is ``ImagePullBackOff``; a pod whose PVC does not exist stays
+  Pending (``Unschedulable``);
 - **Services**: Endpoints follow the ready pods (the stand-in's service proxy reaches the pods through
   them) and each pod gets a hosts file (``-Djdk.net.hosts.file``) that resolves Service names the way
   cluster DNS would (to a pod of the Service);
@@ -488,6 +490,8 @@ class ProcessNode:
             code = 128 - rc if rc < 0 else rc
             c.last_term = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
                                           "startedAt": c.started_at, "finishedAt": _now()}}
+            if code != 0 and c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+                c.last_term["terminated"]["message"] = self._log_tail(run, c)
             c.proc, c.ready, c.probe_fail = None, False, 0
             if c.init and code == 0:
                 c.done = True
@@ -516,6 +520,18 @@ class ProcessNode:
             c.next_start = now + self.backoff_base_s
             return
         c.started_at, c.waiting, c.next_probe = _now(), None, now
+
+    @staticmethod
+    def _log_tail(run: PodRun, c: ContainerRun) -> str:
+        """What a kubelet puts in the termination message under FallbackToLogsOnError: the end of this run's
+        log, at most 80 lines and 2048 bytes."""
+        try:
+            text = (run.dir / f"{c.name}.log").read_bytes()
+        except OSError:
+            return ""
+        text = text[text.rfind(b"\n--- start ") + 1:] if b"\n--- start " in text else text
+        lines = text.splitlines()[-80:]
+        return b"\n".join(lines)[-2048:].decode("utf-8", "replace")
 
     def _probe(self, run: PodRun, c: ContainerRun, now: float) -> None:
         probe = c.spec.get("readinessProbe")

@@ -103,8 +103,10 @@ def test_jobmanager_args_application_mode_and_restore() -> None:
     jm = _by(CASES["restore"], "Deployment", "counter-jobmanager")
     c = jm["spec"]["template"]["spec"]["containers"][0]
     job_id = deterministic_job_id("counter", REVISION, 1)
-    assert c["args"] == ["standalone-job", "-D", "jobmanager.rpc.address=$(POD_IP)", "--job-classname",
-                         "com.example.Counter",
+    assert c["args"] == ["standalone-job", "-D", "jobmanager.rpc.address=$(POD_IP)",
+                         "-D", f"kubernetes.cluster-id=counter.{job_id[:12]}",
+                         "-D", f"high-availability.cluster-id=counter.{job_id[:12]}",
+                         "--job-classname", "com.example.Counter",
                          "--job-id", job_id,
                          "--fromSavepoint", "s3://bucket/savepoints/counter/savepoint-abc",
                          "--allowNonRestoredState", "--rate", "100"]

@@ -49,23 +49,59 @@ def deadline(c: Cluster, seconds: float) -> float:
     return c.clock.monotonic() + seconds
 
 
-def test_ensure_cluster_applies_everything_but_the_jobmanager_owned_by_the_root(cluster: Cluster) -> None:
+def with_taskmanagers(rt: KubernetesRuntime, a: FlinkApp, job_id: str | None = "0" * 32) -> None:
+    """An app whose TaskManagers run for `job_id`'s generation and whose JobManager is not there (yet):
+    start_job's apply without the JobManager. None: TaskManagers as rendered before job generations."""
+    jm = ("Deployment", r.object_names(a.name)["jobmanager"])
+    rt.apply([o for o in rt.render(a, job_id=job_id) if (o["kind"], o["metadata"]["name"]) != jm])
+
+
+def test_ensure_cluster_of_a_new_app_applies_everything_but_the_workloads_owned_by_the_root(
+        cluster: Cluster) -> None:
     rt = runtime(cluster)
     a = mk(cluster)
     info = rt.ensure_cluster(a, deadline=deadline(cluster, 120 if cluster.real else 10))
-    assert info.phase is ClusterPhase.READY
+    assert info.phase is ClusterPhase.READY and "TaskManagers start with the job" in (info.message or "")
     root = cluster.kube.get("ConfigMap", cluster.namespace, "counter-root")
     assert root is not None and "ownerReferences" not in root["metadata"]
     assert names(cluster, "ConfigMap", "counter") == {"counter-root", "counter-config"}
     assert names(cluster, "Service", "counter") == {"counter-jobmanager", "counter-rest"}
-    assert names(cluster, "Deployment", "counter") == {"counter-taskmanager"}  # the JobManager comes with the job
-    for kind in ("ConfigMap", "Service", "Deployment"):
+    assert names(cluster, "Deployment", "counter") == set()  # JobManager and TaskManagers come with the job
+    for kind in ("ConfigMap", "Service", "ServiceAccount", "Role", "RoleBinding"):
         for o in cluster.kube.list(kind, cluster.namespace, r.app_selector("counter")):
             if o["metadata"]["name"] != "counter-root":
                 assert [x["uid"] for x in o["metadata"]["ownerReferences"]] == [root["metadata"]["uid"]]
             mf = {m["manager"] for m in o["metadata"]["managedFields"]}
             assert "flink-reconciler" in mf
     assert root["metadata"]["annotations"][r.ANNOTATION_REVISION] == "rev-1"
+
+
+def test_ensure_cluster_keeps_live_taskmanagers_in_their_job_generation(cluster: Cluster) -> None:
+    """A scale or config change reaches the running TaskManagers, which stay in the generation (and, with
+    HA, the HA identity) of the job they run: only start_job moves them to a new one."""
+    rt = runtime(cluster)
+    job = "ab" * 16
+    with_taskmanagers(rt, mk(cluster), job)
+    before = cluster.kube.get("Deployment", cluster.namespace, "counter-taskmanager")
+    assert before is not None
+    rt.ensure_cluster(mk(cluster, taskManager={"replicas": 3, "slots": 2}), deadline=deadline(cluster, 120))
+    after = cluster.kube.get("Deployment", cluster.namespace, "counter-taskmanager")
+    assert after is not None and after["spec"]["replicas"] == 3
+    assert after["spec"]["template"] == before["spec"]["template"]  # no restart of the job's TaskManagers
+    tmpl = after["spec"]["template"]
+    assert tmpl["metadata"]["annotations"][r.ANNOTATION_JOB_ID] == job
+    assert tmpl["spec"]["containers"][0]["args"] == [
+        "taskmanager", "-D", f"kubernetes.cluster-id=counter.{job[:12]}",
+        "-D", f"high-availability.cluster-id=counter.{job[:12]}"]
+    # TaskManagers rendered before job generations (no annotation, no HA identity arguments) stay as they are.
+    legacy = mk(cluster, "legacy")
+    with_taskmanagers(rt, legacy, None)
+    old = cluster.kube.get("Deployment", cluster.namespace, "legacy-taskmanager")
+    assert old is not None and r.ANNOTATION_JOB_ID not in old["spec"]["template"]["metadata"]["annotations"]
+    assert old["spec"]["template"]["spec"]["containers"][0]["args"] == ["taskmanager"]
+    rt.ensure_cluster(legacy, deadline=deadline(cluster, 120))
+    again = cluster.kube.get("Deployment", cluster.namespace, "legacy-taskmanager")
+    assert again is not None and again["spec"]["template"] == old["spec"]["template"]
 
 
 def test_reapplying_the_same_render_changes_nothing(cluster: Cluster) -> None:
@@ -83,7 +119,7 @@ def test_reapplying_the_same_render_changes_nothing(cluster: Cluster) -> None:
 def test_list_clusters_is_a_constant_number_of_lists(cluster: Cluster, standin_only: Any) -> None:
     rt = runtime(cluster)
     for i in range(3):
-        rt.ensure_cluster(mk(cluster, f"app-{i}"), deadline=deadline(cluster, 10))
+        with_taskmanagers(rt, mk(cluster, f"app-{i}"))
     standin_only.api.reset_log()
     infos = rt.list_clusters()
     assert sorted(infos) == ["app-0", "app-1", "app-2"]
@@ -98,6 +134,7 @@ def test_list_clusters_is_a_constant_number_of_lists(cluster: Cluster, standin_o
 def test_conflict_is_reported_with_the_other_manager_and_forced_only_when_configured(cluster: Cluster) -> None:
     rt = runtime(cluster)
     a = mk(cluster, taskManager={"replicas": 2, "slots": 2})
+    with_taskmanagers(rt, a)
     rt.ensure_cluster(a, deadline=deadline(cluster, 120))
     cluster.patch("Deployment", "counter-taskmanager", {"spec": {"replicas": 5}}, manager="kubectl-edit")
     with pytest.raises(ApplyConflictError) as e:
@@ -132,8 +169,10 @@ def test_prune_removes_what_the_render_no_longer_has_and_never_another_apps(clus
     rt = runtime(cluster)
     vct = {"replicas": 2, "slots": 2, "volumeClaimTemplates": [{"name": "state", "mountPath": "/state",
                                                                 "storage": "1Gi"}]}
+    with_taskmanagers(rt, mk(cluster, taskManager=vct))
     rt.ensure_cluster(mk(cluster, taskManager=vct), deadline=deadline(cluster, 120))
     other = mk(cluster, "counter-two", taskManager=vct)
+    with_taskmanagers(rt, other)
     rt.ensure_cluster(other, deadline=deadline(cluster, 120))
     unlabelled = cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "counter-notes"}})
     assert names(cluster, "StatefulSet", "counter") == {"counter-taskmanager"}
@@ -247,6 +286,7 @@ def test_ensure_cluster_reports_crash_loop_and_unschedulable(cluster: Cluster, s
     rt = runtime(cluster)
     a = mk(cluster)
     standin_only.set_auto_ready(False)
+    with_taskmanagers(rt, a)
     _kubelet_pod(cluster, "counter-taskmanager-1", "taskmanager",
                  {"reason": "CrashLoopBackOff", "message": "back-off 5m0s restarting failed container"})
     cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
@@ -409,6 +449,42 @@ def test_start_job_with_ha_removes_the_old_jobmanager_then_flinks_ha_data_of_ano
     calls = [(c.verb, c.resource) for c in standin_only.api.calls()]
     first = {k: calls.index(k) for k in (("delete", "deployments"), ("delete", "configmaps"), ("patch", "deployments"))}
     assert first[("delete", "deployments")] < first[("delete", "configmaps")] < first[("patch", "deployments")]
+
+
+def test_start_job_with_ha_removes_the_ha_data_of_older_generations_and_never_another_apps(
+        cluster: Cluster, standin_only: Any, flink_backend: tuple[str, type[_FakeFlinkRest]]) -> None:
+    """Each job generation has its own HA identity `<app>.<12 hex>` (k8s_render.ha_cluster_id). Between two
+    jobs the older generations' ConfigMaps go (housekeeping); an app whose name looks like a generation of
+    this one (`counter-aaaaaaaaaaaa`) is another app, and the new generation's data stays."""
+    url, handler = flink_backend
+    standin_only.add_proxy_backend(cluster.namespace, "counter-rest", "8081", url)
+    rt = runtime(cluster, rest_via="proxy")
+    a = mk(cluster)
+    old_job = "a" * 32
+    _old_jobmanager(cluster, rt, a, old_job)
+    old_cid, new_cid = r.ha_cluster_id("counter", old_job), r.ha_cluster_id("counter", handler.job_id)
+    assert old_cid == "counter.aaaaaaaaaaaa"
+    stale = {f"{old_cid}-cluster-config-map", f"{old_cid}-{old_job}-config-map", "counter-cluster-config-map"}
+    for name in stale:
+        _ha_configmap(cluster, name, name.split("-cluster-config-map")[0] if "cluster-config" in name
+                      else old_cid)
+    kept = {"counter-aaaaaaaaaaaa-cluster-config-map": "counter-aaaaaaaaaaaa",  # another app, old-style identity
+            f"counter-two.{'a' * 12}-cluster-config-map": f"counter-two.{'a' * 12}",  # another app's generation
+            "counter.aaaa-cluster-config-map": "counter.aaaa",  # not a generation identity
+            f"{new_cid}-cluster-config-map": new_cid}  # the new job's own (as if its JobManager wrote it already)
+    for name, label in kept.items():
+        _ha_configmap(cluster, name, label)
+    assert rt.start_job(a, job_id=handler.job_id, jar=None, restore_path="s3://b/sp-1",
+                        allow_non_restored_state=False, deadline=deadline(cluster, 30)) == handler.job_id
+    left = _configmaps(cluster)
+    assert not stale & left and set(kept) <= left
+    jm = cluster.kube.get("Deployment", cluster.namespace, "counter-jobmanager")
+    assert jm is not None
+    args = jm["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"kubernetes.cluster-id={new_cid}" in args and f"high-availability.cluster-id={new_cid}" in args
+    tm = cluster.kube.get("Deployment", cluster.namespace, "counter-taskmanager")
+    assert tm is not None and tm["spec"]["template"]["metadata"]["annotations"][r.ANNOTATION_JOB_ID] == handler.job_id
+    assert f"kubernetes.cluster-id={new_cid}" in tm["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 def test_start_job_with_ha_for_the_same_job_keeps_flinks_ha_data(
