@@ -563,7 +563,7 @@ class Executor:
 
     def _start_standby(self, run: _Run, step: StartStandbyCluster, deadline: float) -> None:
         info = self._standby_runtime().start_standby(self._spec(run, step.spec), generation=step.generation,
-                                                     deadline=deadline)
+                                                     deadline=deadline, jar=self._jar(run, step.spec))
         if info.phase is ClusterPhase.FAILED:
             raise PermanentStepError(f"the standby cluster failed to start: {info.message or 'no reason given'}")
         if info.phase is not ClusterPhase.READY:

@@ -91,6 +91,10 @@ class LiveApp(Frozen):
     stored_savepoint: Checkpoint | None = None  # newest complete savepoint in the app's savepoint dir
     stored_checkpoint: Checkpoint | None = None  # newest complete retained checkpoint in its checkpoint dir
     evidence_error: str | None = None  # some evidence could not be read: never read as "no evidence"
+    # Other clusters of the app beside the live one (a warm standby's generation; an old, retired cluster).
+    # Not part of the fingerprint. With nothing in flight they are leftovers: the planner removes them.
+    standby_generation: str | None = None
+    retired_cluster: bool = False
 
     @property
     def has_evidence(self) -> bool:

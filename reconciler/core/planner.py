@@ -376,9 +376,32 @@ def _plan_present(
         return blocked or ctx.app_plan(
             Action.SCALE, "scale change: resources are applied without restarting the job",
             steps=(EnsureCluster(deadline_s=_s(desired.spec.deadlines.start)),))
+    leftover = _leftover_clusters(ctx)
+    if leftover:
+        return leftover
     if changes:
         return ctx.app_plan(Action.NOOP, "metadata-only change: recorded, the job is not touched")
     return ctx.app_plan(Action.NOOP, "up to date")
+
+
+def _leftover_clusters(ctx: _Ctx) -> AppPlan | None:
+    """A warm standby's cluster, or the old cluster it retired, with nothing else to do: an upgrade was cut
+    short where no record could finish it (records lost). Never two clusters of one app for long: removed,
+    the job keeps running on the live cluster."""
+    live = ctx.live
+    steps: list[Step] = []
+    what = []
+    delete = _s(ctx.desired.spec.deadlines.delete)
+    if live.standby_generation:
+        steps.append(DiscardStandby(generation=live.standby_generation, deadline_s=delete))
+        what.append(f"standby cluster {live.standby_generation}")
+    if live.retired_cluster:
+        steps.append(DeleteRetiredCluster(deadline_s=delete))
+        what.append("the old cluster a standby replaced")
+    if not steps:
+        return None
+    return ctx.app_plan(Action.REPAIR, f"{' and '.join(what)} left beside the live cluster by an interrupted "
+                                       "upgrade: removing it (the job keeps running)", steps=tuple(steps))
 
 
 def _failed_before(ctx: _Ctx) -> AppPlan | None:

@@ -24,14 +24,17 @@ import dataclasses
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import uuid
+import zipfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from functools import cached_property
@@ -41,7 +44,13 @@ from typing import IO, Any
 from reconciler.clock import Clock
 from reconciler.core.observed import Checkpoint, ClusterPhase
 from reconciler.core.plan import spec_hash
-from reconciler.errors import DeadlineExceededError, ObserveError, PermanentStepError, RuntimeProvisionError
+from reconciler.errors import (
+    DeadlineExceededError,
+    ObserveError,
+    PermanentStepError,
+    ReconcilerError,
+    RuntimeProvisionError,
+)
 from reconciler.live.flink import FlinkRestClient, FlinkRestError
 from reconciler.live.local_config import (
     BASH_UTILS,
@@ -51,6 +60,8 @@ from reconciler.live.local_config import (
     LOOPBACK,
     SLOTS,
     TM_ENTRY,
+    WARMUP_JAVA,
+    WARMUP_MAIN,
     ClusterPaths,
     ClusterRecord,
     FlinkDist,
@@ -62,9 +73,12 @@ from reconciler.live.local_config import (
     flink_environment,
     render_config,
     render_yaml,
+    warmup_jar_name,
 )
 from reconciler.live.ports import ClusterInfo, ClusterOverview
 from reconciler.spec.model import FlinkApp
+
+log = logging.getLogger(__name__)
 
 # -- the runtime ---------------------------------------------------------------------------------------
 
@@ -135,7 +149,8 @@ class LocalRuntime:
             return ClusterInfo(app=app, phase=ClusterPhase.UNKNOWN, message=str(e))
         if rec is None:
             return ClusterInfo(app=app, phase=ClusterPhase.ABSENT)
-        info = ClusterInfo(app=app, phase=ClusterPhase.STARTING, rest_url=rec.rest_url, spec_hash=rec.spec_hash)
+        info = ClusterInfo(app=app, phase=ClusterPhase.STARTING, rest_url=rec.rest_url, spec_hash=rec.spec_hash,
+                           **self._others(app, rec))
         if not self._alive(rec.jobmanager.pid, rec.marker):
             reason = self._exit_reason(rec, rec.jobmanager)
             return _with(info, phase=ClusterPhase.FAILED, message=f"JobManager is not running: {reason}")
@@ -178,12 +193,7 @@ class LocalRuntime:
             rec = self._ensure(app, deadline)
             client = self._client(rec.rest_url)
             # No jobs() check here: run_jar looks for the id first and reads Flink's duplicate error.
-            digest = hashlib.sha256(jar.read_bytes()).hexdigest()
-            jar_id = rec.jars.get(digest)
-            if jar_id is None:
-                jar_id = client.upload_jar(jar)
-                rec = rec.model_copy(update={"jars": {**rec.jars, digest: jar_id}})
-                self._write_record(rec)
+            rec, jar_id = self._upload(rec, "cluster", client, jar)
             job = app.spec.job
             run: dict[str, Any] = dict(
                 job_id=job_id, entry_class=job.entry_class, args=job.args, parallelism=job.parallelism,
@@ -195,8 +205,7 @@ class LocalRuntime:
                 # The uploaded jar is gone (web.tmpdir cleaned): upload again once.
                 if not any("jar" in t.lower() and ("not exist" in t or "not found" in t) for t in e.errors):
                     raise
-            jar_id = client.upload_jar(jar)
-            self._write_record(rec.model_copy(update={"jars": {**rec.jars, digest: jar_id}}))
+            rec, jar_id = self._upload(rec, "cluster", client, jar, again=True)
             return client.run_jar(jar_id, **run)
 
     def delete_cluster(self, app: str, *, deadline: float) -> None:
@@ -222,10 +231,15 @@ class LocalRuntime:
 
     # -- warm standby (reconciler.live.ports.StandbyRuntime) ---------------------------------------------
 
-    def start_standby(self, app: FlinkApp, *, generation: str, deadline: float) -> ClusterInfo:
+    def start_standby(self, app: FlinkApp, *, generation: str, deadline: float, jar: Path | None = None
+                      ) -> ClusterInfo:
         """A second cluster of the app (generation-suffixed directories, its own ports), without a job, beside
         the live one; READY when every TaskManager's slots registered. A standby of another generation (left by
-        an earlier attempt) is deleted first; one of this generation is reused when its JVMs still run."""
+        an earlier attempt) is deleted first; one of this generation is reused when its JVMs still run.
+
+        With `jar`, the job's jar is uploaded to it and its job graph compiled once (Flink's jar plan), so the
+        submit after the old job's stop neither uploads nor meets a JobManager that never saw the program: that
+        took 0.4-0.6 s of downtime on a fresh JobManager here."""
         with self._lock(app.name, deadline):
             self._tidy(app.name)
             want = cluster_config_hash(app, self.dist.version)
@@ -246,8 +260,99 @@ class LocalRuntime:
             if rec.spec_hash != new_hash:
                 rec = rec.model_copy(update={"spec_hash": new_hash})
                 self._write_record(rec, slot)
+            if jar is not None and jar.is_file():
+                rec = self._warm_up(rec, slot, app, jar, deadline)
             return ClusterInfo(app=app.name, phase=ClusterPhase.READY, rest_url=rec.rest_url,
                                spec_hash=rec.spec_hash)
+
+    def _warm_up(self, rec: ClusterRecord, slot: str, app: FlinkApp, jar: Path, deadline: float) -> ClusterRecord:
+        """Before the old job stops: the job's jar uploaded and its graph compiled once, then the warm-up job
+        run, so the submit after the stop meets JVMs that have run a job (see WARMUP_JAVA)."""
+        client = self._client(rec.rest_url)
+        rec, jar_id = self._upload(rec, slot, client, jar)
+        job = app.spec.job
+        try:
+            client.plan_jar(jar_id, entry_class=job.entry_class, args=job.args, parallelism=job.parallelism)
+        except FlinkRestError as e:  # only a warm-up: the submit says what is wrong, with the job's own error
+            log.info("app %s: compiling the job graph on standby %s failed (the submit will tell): %s",
+                     app.name, rec.generation, e.cause)
+        warmup = self._warmup_jar(deadline)
+        if warmup is not None:
+            rec, warmup_id = self._upload(rec, slot, client, warmup)
+            self._run_warmup(client, warmup_id, app, deadline)
+        return rec
+
+    def _run_warmup(self, client: FlinkRestClient, jar_id: str, app: FlinkApp, deadline: float) -> None:
+        """Run the warm-up job to its end (at most 30 s, best effort: a warm-up that fails changes nothing)."""
+        job_id = uuid.uuid4().hex
+        end = min(deadline, self.clock.monotonic() + 30.0)
+        try:
+            client.run_jar(jar_id, job_id=job_id, entry_class=WARMUP_MAIN, args=("2000",),
+                           parallelism=app.spec.job.parallelism)
+            cancelled = False
+            while (state := client.job(job_id).state.upper()) not in ("FINISHED", "FAILED", "CANCELED"):
+                if self.clock.monotonic() >= end:
+                    if cancelled:
+                        break
+                    client.cancel(job_id)  # it must not hold the slots the real job needs
+                    cancelled, end = True, min(deadline, self.clock.monotonic() + 10.0)
+                self.clock.sleep(self.poll_s)
+            if state != "FINISHED":
+                log.info("app %s: the warm-up job on the standby ended %s", app.name, state)
+        except ReconcilerError as e:
+            log.info("app %s: the warm-up job on the standby failed (no harm done): %s", app.name, e)
+
+    def _warmup_jar(self, deadline: float) -> Path | None:
+        """The warm-up job's jar, compiled with javac once per Flink version (None: no javac here)."""
+        path = self.state_dir / "cache" / warmup_jar_name(self.dist.version)
+        if path.is_file():
+            return path
+        javac = self._javac()
+        if javac is None:
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            src = Path(tmp) / "src" / (WARMUP_MAIN.replace(".", "/") + ".java")
+            src.parent.mkdir(parents=True)
+            src.write_text(WARMUP_JAVA)
+            classes = Path(tmp) / "classes"
+            cmd = [javac, "--release", "17", "-nowarn", "-cp", str(self.dist.dist_jar), "-d", str(classes), str(src)]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                                      timeout=max(10.0, deadline - self.clock.monotonic()))
+            except (OSError, subprocess.TimeoutExpired) as e:
+                log.warning("cannot compile the warm-up job (%s): warm standbys start without it", e)
+                return None
+            if proc.returncode != 0:
+                log.warning("cannot compile the warm-up job: %s", (proc.stdout + proc.stderr)[-800:])
+                return None
+            jar = Path(tmp) / "warmup.jar"
+            with zipfile.ZipFile(jar, "w") as z:
+                z.writestr("META-INF/MANIFEST.MF", f"Manifest-Version: 1.0\nMain-Class: {WARMUP_MAIN}\n")
+                for f in sorted(classes.rglob("*.class")):
+                    z.write(f, f.relative_to(classes).as_posix())
+            os.replace(jar, path)
+        return path
+
+    def _javac(self) -> str | None:
+        """javac beside the java we run (a JDK), else on PATH."""
+        java = shutil.which(self.java)
+        if java is not None:
+            sibling = Path(java).resolve().parent / "javac"
+            if sibling.is_file():
+                return str(sibling)
+        return shutil.which("javac")
+
+    def _upload(self, rec: ClusterRecord, slot: str, client: FlinkRestClient, jar: Path,
+                *, again: bool = False) -> tuple[ClusterRecord, str]:
+        """The jar's id on this cluster, uploading it once per content (recorded by sha256)."""
+        digest = hashlib.sha256(jar.read_bytes()).hexdigest()
+        jar_id = None if again else rec.jars.get(digest)
+        if jar_id is None:
+            jar_id = client.upload_jar(jar)
+            rec = rec.model_copy(update={"jars": {**rec.jars, digest: jar_id}})
+            self._write_record(rec, slot)
+        return rec, jar_id
 
     def promote_standby(self, app: str, *, generation: str, deadline: float) -> None:
         """The standby becomes the live cluster and the live one is retired (kept until `delete_retired`).
@@ -293,6 +398,15 @@ class LocalRuntime:
         with self._lock(app, deadline):
             self._tidy(app)
             self._remove(app, "retired", deadline)
+
+    def _others(self, app: str, live: ClusterRecord) -> dict[str, Any]:
+        """The standby and retired clusters beside `live` (a copy of `live` left by a crash does not count)."""
+        try:
+            standby, retired = self.read_record(app, "standby"), self.read_record(app, "retired")
+        except ObserveError:
+            return {}
+        return {"standby_generation": standby.generation if standby and standby.cluster_id != live.cluster_id
+                else None, "retired_cluster": bool(retired and retired.cluster_id != live.cluster_id)}
 
     def cluster_records(self, app: str) -> dict[str, ClusterRecord]:
         """Every cluster of the app by slot (cluster, standby, retired): what runs, for status and tests."""

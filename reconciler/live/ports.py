@@ -93,6 +93,10 @@ class ClusterInfo:
     rest_url: str | None = None
     message: str | None = None  # why it is FAILED/STARTING (pod reason, JVM exit)
     spec_hash: str | None = None  # hash of the spec the cluster was provisioned for
+    # Besides the live cluster (StandbyRuntime): a warm standby's generation, and whether an old cluster a
+    # promotion retired is still there. Seen with no execution in flight, they are leftovers to remove.
+    standby_generation: str | None = None
+    retired_cluster: bool = False
 
 
 class Runtime(Protocol):
@@ -153,9 +157,11 @@ class StandbyRuntime(Runtime, Protocol):
     rollback. Every method is idempotent and holds across a crash of the caller at any point: the runtime's
     own records say which cluster is live. `delete_cluster` removes all of them."""
 
-    def start_standby(self, app: FlinkApp, *, generation: str, deadline: float) -> ClusterInfo:
+    def start_standby(self, app: FlinkApp, *, generation: str, deadline: float, jar: Path | None = None
+                      ) -> ClusterInfo:
         """Start (or find) standby `generation` for `app`, without a job, and wait until it is READY (every
-        TaskManager's slots registered). A standby of another generation is deleted first."""
+        TaskManager's slots registered). A standby of another generation is deleted first. `jar` (the resolved
+        job jar, None when the image has it) may be made ready there, out of the downtime window."""
         ...
 
     def promote_standby(self, app: str, *, generation: str, deadline: float) -> None:

@@ -15,6 +15,7 @@ raises after the call took effect (the process "died" before it saw the answer).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -523,11 +524,20 @@ class FakeStandbyRuntime(FakeRuntime):
     def all_clusters(self) -> list[FakeCluster]:
         return [*self.clusters.values(), *self.standbys.values(), *self.retired.values()]
 
+    def observe(self, app: str) -> ClusterInfo:
+        info = super().observe(app)
+        if info.phase is ClusterPhase.ABSENT:
+            return info
+        sb = self.standbys.get(app)
+        return dataclasses.replace(info, standby_generation=sb.generation if sb else None,
+                                   retired_cluster=app in self.retired)
+
     def clusters_of(self, app: str) -> list[FakeCluster]:
         """Every cluster of the app that exists (its JVMs), whatever slot it is in."""
         return [c for slot in (self.clusters, self.standbys, self.retired) if (c := slot.get(app)) is not None]
 
-    def start_standby(self, app: FlinkApp, *, generation: str, deadline: float) -> ClusterInfo:
+    def start_standby(self, app: FlinkApp, *, generation: str, deadline: float, jar: Path | None = None
+                      ) -> ClusterInfo:
         def go() -> ClusterInfo:
             now = self.clock.monotonic()
             live = self.clusters.get(app.name)

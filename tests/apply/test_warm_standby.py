@@ -22,6 +22,7 @@ from reconciler.clock import FakeClock
 from reconciler.core.observed import ClusterPhase, JobPhase, LiveApp, LiveState, Records
 from reconciler.core.plan import AppPlan, ClusterStrategy
 from reconciler.core.planner import Desired, PlanInput, Policy, plan
+from reconciler.live.observe import observe
 from reconciler.spec.model import FlinkApp
 from tests.apply.fakes import Behaviour, Crash, FakeRuntime, FakeStandbyRuntime, Fault, make_app
 
@@ -244,3 +245,21 @@ def test_a_crash_before_or_after_any_call_resumes_to_one_job_on_one_cluster(tmp_
             assert w.journal.inflight("orders") is None, where
             w.journal.close()
     assert tried > 15, tried
+
+
+def test_a_leftover_standby_is_seen_planned_away_and_removed(world: World) -> None:
+    """A standby no execution knows of (its upgrade's records were lost): observe reports it, the planner
+    plans its removal, the executor removes it; the running job is not touched."""
+    world.rt.start_standby(tm_memory(world.old), generation="abc123", deadline=world.clock.monotonic() + 60)
+    live = observe(world.rt, ["orders"])
+    assert live.get("orders").standby_generation == "abc123"
+    inp = PlanInput(revision=REV, desired=Desired(apps={"orders": world.old}), previous={"orders": world.old},
+                    previous_sources={}, live=live, records=Records(), now=world.clock.now(),
+                    policy=Policy(warm_standby=True))
+    p = plan(inp).app("orders")
+    assert p.action.value == "repair" and [s.type for s in p.steps] == ["DiscardStandby"], p.reason
+    result = world.executor().run_app(REV, p)
+    assert result.outcome.value == "success", result.message
+    assert world.jobs_running() == [("", OLD)] and world.rt.standbys == {}
+    assert world.rt.stop_triggers == [] and world.rt.cancels == []
+    assert observe(world.rt, ["orders"]).get("orders").standby_generation is None

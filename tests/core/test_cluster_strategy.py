@@ -185,3 +185,23 @@ def test_offline_preview_shows_the_strategy_of_the_daemons_runtime() -> None:
     for policy, strategy in ((WARM, ClusterStrategy.WARM_STANDBY), (COLD_RUNTIME, ClusterStrategy.COLD)):
         p = plan(inp([TM_MEMORY], [BASE], [running(job_id="<running job>")], policy=policy)).app("orders")
         assert p.cluster_strategy is strategy
+
+
+@pytest.mark.parametrize("standby,retired,steps", [
+    ("g1", False, ("DiscardStandby",)),
+    (None, True, ("DeleteRetiredCluster",)),
+    ("g1", True, ("DiscardStandby", "DeleteRetiredCluster")),
+])
+def test_a_leftover_standby_or_old_cluster_is_removed_when_nothing_else_is_to_do(
+        standby: str | None, retired: bool, steps: tuple[str, ...]) -> None:
+    live = running().model_copy(update={"standby_generation": standby, "retired_cluster": retired})
+    p = plan(inp([BASE], [BASE], [live], [record()], policy=WARM)).app("orders")
+    assert p.action is Action.REPAIR and _types(p.steps) == steps, p.reason
+    assert "the job keeps running" in p.reason and not p.risks
+    if standby:
+        assert p.steps[0].generation == standby  # type: ignore[union-attr]
+
+
+def test_no_leftover_means_up_to_date() -> None:
+    p = plan(inp([BASE], [BASE], [running()], [record()], policy=WARM)).app("orders")
+    assert p.action is Action.NOOP and p.reason == "up to date"

@@ -19,6 +19,7 @@ Nothing sleeps to assert: every wait polls with a deadline.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,6 +115,9 @@ def test_taskmanager_memory_change_moves_the_job_to_a_warm_standby(env: E2E) -> 
     assert list(now) == ["cluster"] and now["cluster"].generation == gen, now
     assert not cluster_alive(old["cluster"]), "the old cluster's JVMs still run"
     assert live_jobs_everywhere(env) == [("cluster", new_job)]
+    if shutil.which("javac"):  # the standby ran the warm-up job to its end before the old job stopped
+        warm = [j for j in env.jobs() if j.name == "flink-reconciler warm-up"]
+        assert [j.state for j in warm] == ["FINISHED"], env.jobs()
     sp = savepoint_of(env, rev)
     assert env.restored_from(new_job) == (sp, True)
     env.assert_counts_continue(before)
