@@ -10,7 +10,9 @@ tests/e2e/test_apply_e2e.py); tests run in order and build on each other:
    cluster's JVMs are gone.
 2. a standby that cannot start (a TaskManager memory Flink rejects): the old job keeps running, untouched,
    and nothing of the standby is left.
-3. kill -9 of `apply` at the step boundaries of the warm-standby plan (standby ready, standby promoted),
+3. a new job that fails after the stop (a typo in the entry class) is rolled back onto the old cluster,
+   still there, from the savepoint just taken; the standby is gone.
+4. kill -9 of `apply` at the step boundaries of the warm-standby plan (standby ready, standby promoted),
    then `apply` again: exactly one job on exactly one cluster of the app, restored from a savepoint, every
    count continuous. (Every call boundary is covered cheaply by tests/apply/test_warm_standby.py.)
 
@@ -158,6 +160,34 @@ def test_a_standby_that_cannot_start_leaves_the_old_job_running(env: E2E) -> Non
     assert not env.rt.paths(APP, gen).conf.exists(), "the standby's files were left"
     assert env.inflight() is None
     env.counts_at_least(min(after_plan.values()) + 1)  # still counting
+
+
+def test_a_new_job_that_fails_is_rolled_back_onto_the_old_cluster(env: E2E) -> None:
+    """After the stop: the standby is discarded, and the previous spec's job restarts on the old cluster
+    (still there) from the savepoint just taken."""
+    env.only_running_job()
+    live = clusters(env)["cluster"]
+    before = env.counts_at_least(1)
+    good = env.entry_class
+    env.entry_class = "com.example.DoesNotExist"
+    try:
+        rev = commit_memory(env, "1536m", "TaskManager memory 1536m and a typo in the entry class")
+    finally:
+        env.entry_class = good
+    plan = env.plan_live()
+    assert plan["cluster_strategy"] == "warm-standby"
+    assert [s["type"] for s in plan["rollback"]] == ["DiscardStandby", "EnsureCluster", "StartJob", "AwaitRunning"]
+    code, out = env.apply()
+    assert code == 1, out
+    st = env.status()
+    assert st["message"].startswith("rolled back to the previous spec") and "DoesNotExist" in st["message"], st
+    job = env.only_running_job()
+    assert job == next(s for s in plan["rollback"] if s["type"] == "StartJob")["job_id"]
+    assert {s: r.cluster_id for s, r in clusters(env).items()} == {"cluster": live.cluster_id}, "not the old cluster"
+    assert live_jobs_everywhere(env) == [("cluster", job)]
+    assert env.restored_from(job) == (savepoint_of(env, rev), True)
+    env.assert_counts_continue(before)
+    NOTES.append(f"(rollback) {st['message'][:200]}")
 
 
 def _at(step: int, phase: str) -> Any:
