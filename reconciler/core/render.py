@@ -86,6 +86,10 @@ def to_text(plan: Plan, *, color: bool = False) -> str:
                          "fails, roll back:")
             for i, s in enumerate(a.rollback, 1):
                 lines.append(f"      r{i}. {describe_step(s)}")
+        if a.abort:
+            lines.append(f"    if a step up to {(a.rollback_after or 0) + 1} fails, undo (the old job keeps running):")
+            for i, s in enumerate(a.abort, 1):
+                lines.append(f"      u{i}. {describe_step(s)}")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -123,6 +127,11 @@ def to_markdown(plan: Plan) -> str:
             after = (a.rollback_after or 0) + 1
             lines += [f"If a step after step {after} fails, roll back:", ""]
             lines += [f"{i}. {_md(describe_step(s))}" for i, s in enumerate(a.rollback, 1)]
+            lines.append("")
+        if a.abort:
+            upto = (a.rollback_after or 0) + 1
+            lines += [f"If a step up to step {upto} fails, undo (the old job keeps running):", ""]
+            lines += [f"{i}. {_md(describe_step(s))}" for i, s in enumerate(a.abort, 1)]
             lines.append("")
         lines += ["</details>", ""]
     if unchanged:

@@ -205,3 +205,16 @@ def test_a_leftover_standby_or_old_cluster_is_removed_when_nothing_else_is_to_do
 def test_no_leftover_means_up_to_date() -> None:
     p = plan(inp([BASE], [BASE], [running()], [record()], policy=WARM)).app("orders")
     assert p.action is Action.NOOP and p.reason == "up to date"
+
+
+def test_text_and_markdown_show_the_strategy_the_rollback_and_the_undo() -> None:
+    from reconciler.core.render import to_markdown, to_text
+
+    result = plan(inp([TM_MEMORY], [BASE], [running()], [record()], policy=WARM))
+    text = to_text(result)
+    assert "warm standby: a new cluster starts beside the running job" in text
+    assert "1. start standby cluster" in text and "7. delete the old cluster" in text
+    assert "if a step after 2 fails, roll back:" in text and "r1. discard standby cluster" in text
+    assert "if a step up to 2 fails, undo (the old job keeps running):" in text and "u1. discard standby" in text
+    md = to_markdown(result)
+    assert "If a step up to step 2 fails, undo (the old job keeps running):" in md
