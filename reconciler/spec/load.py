@@ -140,7 +140,7 @@ class LoadResult:
             if data is None:
                 per_file.pop(path, None)
             else:
-                per_file[path] = _only(_file_result(path, data, self.policy), self.keep)
+                per_file[path] = _only(_file_result(path, data, self.policy, self.keep), self.keep)
         return _combine(per_file, self.policy, self.keep)
 
 
@@ -149,12 +149,13 @@ def load_files(files: Mapping[str, bytes | Unreadable], *, policy: SpecPolicy = 
     """Load every document of every file; collect errors instead of stopping at the first. `keep`: only
     the apps it accepts are kept. Errors no app can be named for (an unreadable file) are kept: that file
     may hold any app. Duplicates stay detected: both copies of a name are kept or dropped together."""
-    return _combine({path: _only(_file_result(path, data, policy), keep) for path, data in files.items()},
+    return _combine({path: _only(_file_result(path, data, policy, keep), keep) for path, data in files.items()},
                     policy, keep)
 
 
-def _file_result(path: str, data: bytes | Unreadable, policy: SpecPolicy) -> FileResult:
-    loaded, errors = load_file(path, data)
+def _file_result(path: str, data: bytes | Unreadable, policy: SpecPolicy,
+                 keep: Callable[[str], bool] | None = None) -> FileResult:
+    loaded, errors = load_file(path, data, keep=keep)
     apps = []
     for la in loaded:
         refused = violations(la.app, policy)
@@ -263,7 +264,11 @@ def _read_one(path: Path) -> bytes | Unreadable:
         return Unreadable(f"cannot be read: {e.strerror}")
 
 
-def load_file(path: str, data: bytes | Unreadable) -> tuple[list[LoadedApp], list[SpecError]]:
+def load_file(path: str, data: bytes | Unreadable, *,
+              keep: Callable[[str], bool] | None = None) -> tuple[list[LoadedApp], list[SpecError]]:
+    """The apps and errors of one file. `keep` (a shard's): a document whose metadata.name is a valid app
+    name `keep` refuses is not validated at all (its app and its errors would be dropped anyway); a
+    document without a readable name is validated, so its errors reach every shard."""
     if isinstance(data, Unreadable):
         return [], [SpecError(f"{data.reason}; its apps are left as they are", file=path)]
     if len(data) > MAX_FILE_BYTES:
@@ -296,6 +301,8 @@ def load_file(path: str, data: bytes | Unreadable) -> tuple[list[LoadedApp], lis
     for i, doc in enumerate(docs):
         if doc is None:
             continue  # an empty document (e.g. a trailing ---)
+        if keep is not None and (name := _doc_name(doc)) is not None and not keep(name):
+            continue  # another shard's app
         try:
             _check_nodes(doc)
         except SpecLimitError as e:

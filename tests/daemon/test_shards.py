@@ -171,3 +171,33 @@ def test_a_shard_observes_only_its_own_clusters() -> None:
     assert set(seen.apps) == mine  # another shard's cluster is no orphan of this one
     assert set(runtime.evidence_asked) == mine  # and its storage is never read
     assert shard_view(cast(Runtime, runtime), None) is cast(Runtime, runtime)
+
+
+def test_a_shard_validates_only_its_own_documents_and_loads_what_filtering_afterwards_would() -> None:
+    """Another shard's documents are parsed (their names must be read) but not validated: the result must
+    be exactly the whole load filtered to the shard, errors no app can be named for included."""
+    from reconciler.spec.load import load_file, load_files
+    from reconciler.spec.model import valid_name
+
+    broken = spec("{name}").replace("parallelism: 1", "parallelism: -3\n    nonsense: 1")
+    files: dict[str, bytes] = {}
+    for k in range(16):
+        files[f"apps/ok-{k}.yaml"] = spec(f"ok-{k}").encode()
+        files[f"apps/bad-{k}.yaml"] = broken.replace("{name}", f"bad-{k}").encode()
+        files[f"apps/dup-{k}.yaml"] = (spec(f"dup-{k}") + "---\n" + spec(f"dup-{k}")).encode()
+    files["apps/no-name.yaml"] = spec("x").replace("  name: x\n", "  name: 1234\n").encode()
+    files["apps/bad-name.yaml"] = spec("x").replace("  name: x\n", "  name: Not_A_Name\n").encode()
+    files["apps/not-yaml.yaml"] = b"a: [\n"
+    files["apps/kind.yaml"] = spec("kind-x").replace("kind: FlinkApp", "kind: Other").encode()
+    whole = load_files(files)
+    for i in range(2):
+        keep = Shard(i, 2).owns
+        mine = load_files(files, keep=keep)
+        assert mine.apps == {n: a for n, a in whole.apps.items() if keep(n)}
+        assert [(str(e), e.app) for e in mine.errors] == [
+            (str(e), e.app) for e in whole.errors if e.app is None or not valid_name(e.app) or keep(e.app)]
+        assert {e.file for e in mine.errors} >= {"apps/no-name.yaml", "apps/bad-name.yaml", "apps/not-yaml.yaml"}
+    other = next(k for k in range(16) if not Shard(0, 2).owns(f"bad-{k}"))
+    assert load_file("b.yaml", files[f"apps/bad-{other}.yaml"], keep=Shard(0, 2).owns) == ([], [])
+    assert len(whole.errors) > 16 and len(whole.apps) == 16
+    assert load_file("b.yaml", files[f"apps/bad-{other}.yaml"])[1]  # validated, it has errors
