@@ -286,3 +286,65 @@ def test_a_standby_replica_is_ready_and_reconciles_nothing(cluster: Cluster, tmp
     assert not idle[0].reconcilers() and not any(who == idle[0].leases.identity for who, _, _ in posted)
     ok, why = idle[0].readiness()
     assert ok and "holds shard(s) none of 5" in why
+
+
+# ---- the daemon's wiring (`run` with shard: auto), real clock ---------------------------------------------
+
+
+def test_the_daemon_service_of_shard_auto_splits_fences_by_shard_and_hands_over_on_shutdown(
+        cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from reconciler.clock import SystemClock
+    from reconciler.daemon.main import make_auto_sharded, make_service
+    from reconciler.daemon.metrics import Metrics
+    from tests.kubernetes.test_service_k8s import _kubeconfig
+
+    (tmp_path / "repo").mkdir()
+    repo = Repo(tmp_path / "repo")
+    repo.write("README.md", "no apps yet\n")
+    repo.commit("empty")
+    base = {"repo_url": str(repo.origin), "runtime": "kubernetes", "kubeconfig": str(_kubeconfig(cluster, tmp_path)),
+            "namespaces": cluster.namespace, "path": "apps", "status_sink": "none", "shards": 3, "shard": "auto",
+            "lease_namespace": cluster.namespace, "lease_name": "fr-auto"}
+    with pytest.raises(ConfigError, match="needs runtime: kubernetes"):
+        make_service(load_settings({**base, "runtime": "local", "state_dir": str(tmp_path / "s0")}), Metrics(),
+                     SystemClock())
+    services = []
+    for k in range(2):
+        monkeypatch.setenv("POD_NAME", f"replica-{k}")
+        services.append(make_auto_sharded(load_settings({**base, "state_dir": str(tmp_path / f"s{k}")}), None,
+                                          SystemClock()))
+    try:
+        def split() -> bool:
+            held = [s.leases.held() for s in services]
+            return all(held) and not (held[0] & held[1]) and len(held[0] | held[1]) == 3
+
+        end = time.monotonic() + 30
+        while not split() and time.monotonic() < end:
+            time.sleep(0.2)
+        assert split(), [s.leases.describe() for s in services]
+        for s in services:
+            s.sync(full=True, reason="startup")
+            assert set(s.reconcilers()) == s.leases.held()
+        first, second = services
+        i = min(first.leases.held())
+        app = next(f"app-{k}" for k in itertools.count() if shard_of(f"app-{k}", 3) == i)
+        journal = first.reconcilers()[i].journal
+        journal.note(app, "test", "written by the holder of its shard")  # a record write
+        assert cluster.kube.get("ConfigMap", cluster.namespace, f"{app}-flink-reconciler-record") is not None
+        first.shutdown(deadline_s=5)  # clean: the pass is over, every shard released at once
+        assert not first.leases.held()
+        with pytest.raises(FencedError):  # the shard's Lease is not ours any more: no record write
+            journal.note(app, "test", "written after the shard was released")
+        end = time.monotonic() + 15  # no expiry to wait for: the next election round (2 s) takes them
+        while second.leases.held() != frozenset(range(3)) and time.monotonic() < end:
+            time.sleep(0.2)
+        assert second.leases.held() == frozenset(range(3)), second.leases.describe()
+        second.sync(full=False, reason="poll")
+        assert set(second.reconcilers()) == {0, 1, 2}
+        ok, why = second.readiness()
+        assert ok and "holds shard(s) 0, 1, 2 of 3" in why, why
+    finally:
+        for s in services:
+            s.shutdown(deadline_s=1)
