@@ -150,6 +150,91 @@ def scale(root: Path, n: int, shards: int, *, push_every: float, stream_seconds:
     return out
 
 
+def shard_holders(kube: Any, namespace: str, shards: int) -> dict[int, str | None]:
+    """Shard -> holder identity, read from the shard Leases on the (stand-in) API server."""
+    out: dict[int, str | None] = {}
+    for i in range(shards):
+        lease = kube.get("Lease", namespace, f"flink-reconciler-shard-{i}")
+        out[i] = ((lease or {}).get("spec") or {}).get("holderIdentity")
+    return out
+
+
+def takeover(root: Path, n: int, shards: int, *, changed: int = 50) -> dict[str, Any]:
+    """`shard: auto` with `shards` replicas against the stand-in API server (dry run, git-notes statuses):
+    SIGKILL the replica holding a shard, push a commit changing `changed` apps of that shard, and time
+    kill -> the shard's Lease held by another replica -> every one of those apps' statuses on the origin."""
+    from kubernetes import client as k8s_client
+
+    from reconciler.daemon.shards import shard_of
+    from reconciler.live.kubernetes import Kube
+    from tests.kubernetes.standin import Standin
+
+    ns = "flink-reconciler"
+    repo = Repo(root)
+    for i in range(n):
+        write_app(repo, i)
+    head = repo.commit(f"{n} apps")
+    out: dict[str, Any] = {"apps": n, "replicas": shards, "shards": shards, "poll_s": POLL,
+                           "lease_duration_s": 15.0}
+    with Standin() as standin:
+        kubeconfig = root / "kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters: [{{name: s, cluster: {{server: \"{standin.url}\"}}}}]\n"
+            "users: [{name: u, user: {token: stand-in-token}}]\n"
+            f"contexts: [{{name: c, context: {{cluster: s, user: u, namespace: {ns}}}}}]\ncurrent-context: c\n")
+        cfg = k8s_client.Configuration()
+        cfg.host = standin.url
+        cfg.api_key["BearerToken"] = "Bearer stand-in-token"
+        kube = Kube(k8s_client.ApiClient(cfg))
+        t0 = time.time()
+        procs = [DaemonProc.start(root / f"daemon-{k}.log", repo_url=repo.origin, state_dir=root / f"state-{k}",
+                                  dry_run=True, poll_interval=POLL, drift_interval=DRIFT, status_sink="notes",
+                                  runtime="kubernetes", kubeconfig=kubeconfig, namespaces=ns, lease_namespace=ns,
+                                  shards=shards, shard="auto") for k in range(shards)]
+        try:
+            wait(lambda: len(status_apps(origin_note(repo, head))) >= n, 1800, f"{n} statuses on the origin",
+                 interval=0.5)
+            out["startup_statuses_on_origin_s"] = round(time.time() - t0, 1)
+            by_pid = {d.proc.pid: d for d in procs}
+
+            def balanced() -> bool:
+                holders = shard_holders(kube, ns, shards)
+                return None not in holders.values() and len(set(holders.values())) == shards
+
+            wait(balanced, 300, "one shard per replica", interval=0.5)
+            holders = shard_holders(kube, ns, shards)
+            out["balanced_s"] = round(time.time() - t0, 1)
+            victim_shard = 0
+            identity = holders[victim_shard]
+            assert identity is not None
+            victim = by_pid[int(identity.rsplit("-", 1)[1])]
+            time.sleep(5)  # idle: a settled fleet
+            out["idle_rss_mb_per_replica"] = sorted(round(proc_sample(d.proc.pid)[1] / 1024, 1) for d in procs)
+            apps = [i for i in range(n) if shard_of(f"app-{i:05d}", shards) == victim_shard][:changed]
+            t_kill = time.time()
+            victim.proc.kill()
+            victim.proc.wait()
+            for a in apps:
+                write_app(repo, a, v=20_000)
+            sha = repo.commit(f"{len(apps)} apps of shard {victim_shard}")
+            want = {f"app-{a:05d}" for a in apps}
+            wait(lambda: shard_holders(kube, ns, shards)[victim_shard] not in (None, identity), 120,
+                 "the shard's Lease taken over", interval=0.2)
+            out["kill_to_lease_taken_s"] = round(time.time() - t_kill, 1)
+            wait(lambda: want <= status_apps(origin_note(repo, sha)), 600, "the lost shard's statuses",
+                 interval=0.2)
+            out["kill_to_statuses_s"] = round(time.time() - t_kill, 1)
+            out["changed_apps"] = len(apps)
+            new_holder = shard_holders(kube, ns, shards)[victim_shard]
+            out["new_holder_is_another_replica"] = new_holder not in (None, identity)
+            out["errors_in_logs"] = sum(1 for d in procs for r in d.log() if r.get("level") in ("ERROR", "CRITICAL"))
+        finally:
+            for d in procs:
+                d.stop()
+    return out
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     out = [f"Dry-run daemon, git-notes statuses, poll {POLL:g} s, drift {DRIFT:g} s", "",
            "| apps | processes | first pass s | start -> all statuses on origin s | push -> status p50 / p99 / max s "
@@ -170,10 +255,17 @@ def main() -> None:
     ap.add_argument("--push-every", type=float, default=2.5)
     ap.add_argument("--stream-seconds", type=float, default=75.0)
     ap.add_argument("--idle-seconds", type=float, default=60.0)
+    ap.add_argument("--takeover", default="", help="APPSxREPLICAS: time a killed shard: auto replica's takeover")
     args = ap.parse_args()
     result: dict[str, Any] = {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg(), "runs": []}
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
-        for cfg in args.config.split(","):
+        if args.takeover:
+            n, _, s = args.takeover.partition("x")
+            root = Path(tmp) / f"takeover-{args.takeover}"
+            root.mkdir()
+            result["takeover"] = takeover(root, int(n), int(s or 5))
+            print(f"[takeover] {result['takeover']}", file=sys.stderr, flush=True)
+        for cfg in filter(None, args.config.split(",")):
             n, _, s = cfg.partition("x")
             root = Path(tmp) / cfg
             root.mkdir()
@@ -183,7 +275,13 @@ def main() -> None:
     result["loadavg_end"] = os.getloadavg()
     print(json.dumps(result, indent=2))
     print()
-    print(markdown(result["runs"]))
+    if result["runs"]:
+        print(markdown(result["runs"]))
+    if "takeover" in result:
+        t = result["takeover"]
+        print(f"Takeover (shard: auto, {t['replicas']} replicas, {t['apps']} apps, Lease {t['lease_duration_s']:g} s, "
+              f"poll {t['poll_s']:g} s): SIGKILL -> Lease taken {t['kill_to_lease_taken_s']} s -> "
+              f"{t['changed_apps']} changed apps of its shard have statuses {t['kill_to_statuses_s']} s")
 
 
 if __name__ == "__main__":
