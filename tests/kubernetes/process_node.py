@@ -529,7 +529,12 @@ class ProcessNode:
             text = (run.dir / f"{c.name}.log").read_bytes()
         except OSError:
             return ""
-        text = text[text.rfind(b"\n--- start ") + 1:] if b"\n--- start " in text else text
+        marker = b"--- start "  # the node's own header line before each run: not the container's output
+        pos = text.rfind(b"\n" + marker)
+        start = pos + 1 if pos >= 0 else (0 if text.startswith(marker) else -1)
+        if start >= 0:
+            end = text.find(b"\n", start)
+            text = text[end + 1:] if end >= 0 else b""
         lines = text.splitlines()[-80:]
         return b"\n".join(lines)[-2048:].decode("utf-8", "replace")
 

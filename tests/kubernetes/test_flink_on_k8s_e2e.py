@@ -15,9 +15,10 @@ record (`GET /jobs/<id>/checkpoints` -> `latest.restored`), reached through the 
 - a bad entry class is rolled back from the fresh savepoint;
 - "JobManager restarted, Job not found" (seed): the JobManager container killed, then its pod deleted;
 - deletion with a final savepoint, every pod and process gone well before the deadline;
-- with Kubernetes HA (the product's runtime, no bypass): create, savepoint upgrade (a new job generation
-  with its own HA identity, so Flink never recovers the old job's leftovers), and the JobManager pod
-  deleted: the job goes on from its latest checkpoint, never from the stale savepoint of its arguments.
+- with Kubernetes HA: create as the release before job generations rendered it, then two savepoint
+  upgrades with the product's runtime (no bypass): each new job generation has its own HA identity, so
+  Flink never recovers the old job's leftovers; and the JobManager pod deleted: the job goes on from its
+  latest checkpoint, never from the stale savepoint of its arguments.
 
 **Kubernetes HA.** The stand-in serves watches, so Flink's Kubernetes HA services (fabric8 ConfigMap
 informers, leader election, job graphs and checkpoint pointers in ConfigMaps) run against it. Doing so
@@ -94,6 +95,39 @@ class NoHaRuleRuntime(KubernetesRuntime):
                          taskmanagers_for=taskmanagers_for)
 
 
+class PreGenerationRuntime(KubernetesRuntime):
+    """The product's runtime rendering as the release before job generations did: no HA identity arguments
+    (every job of the app is `kubernetes.cluster-id: <app>` of config.yaml, `high-availability.cluster-id`
+    Flink's `/default`), no job annotation, no termination message policy, no StatefulSet updateStrategy.
+    It creates the HA app whose upgrade by the current runtime must work (clusters deployed before)."""
+
+    def render(self, app: FlinkApp, *, job_id: str | None = None, restore_path: str | None = None,
+               allow_non_restored_state: bool = False, root_uid: str | None = None,
+               taskmanagers_for: str | r.Generation | None = r.Generation.OF_THE_JOB) -> list[Obj]:
+        objs = super().render(app, job_id=job_id, restore_path=restore_path,
+                              allow_non_restored_state=allow_non_restored_state, root_uid=root_uid,
+                              taskmanagers_for=taskmanagers_for)
+        for o in objs:
+            if o["kind"] not in ("Deployment", "StatefulSet"):
+                continue
+            o["spec"].pop("updateStrategy", None)
+            tmpl = o["spec"]["template"]
+            tmpl["metadata"]["annotations"].pop(r.ANNOTATION_JOB_ID, None)
+            c = tmpl["spec"]["containers"][0]
+            c.pop("terminationMessagePolicy", None)
+            args, kept = c["args"], []
+            i = 0
+            while i < len(args):
+                if args[i] == "-D" and args[i + 1:i + 2] and args[i + 1].startswith(
+                        ("kubernetes.cluster-id=", "high-availability.cluster-id=")):
+                    i += 2
+                    continue
+                kept.append(args[i])
+                i += 1
+            c["args"] = kept
+        return objs
+
+
 def app_spec(ns: str, *, rate: int = 100, entry_class: str = COUNTER_MAIN, name: str = APP,
              out: str = "out") -> FlinkApp:
     """The app as a user would write it for Kubernetes, minus highAvailability (see above)."""
@@ -146,7 +180,8 @@ class K8sWorld:
 
     def run(self, revision: str, ap: AppPlan) -> AppResult:
         res = self.executor().run_app(revision, ap)
-        print(f"{ap.action.value} {revision[-4:]}: {res.outcome.value} {res.step_timings}")
+        print(f"{ap.action.value} {revision[-4:]}: {res.outcome.value} {res.step_timings}"
+              + (f" {res.message}" if res.outcome is not Outcome.SUCCESS else ""))
         return res
 
     def next_revision(self) -> str:
@@ -495,12 +530,13 @@ def ha_spec(ns: str, *, rate: int = 100) -> FlinkApp:
     return FlinkApp.model_validate(spec)
 
 
-def test_with_ha_an_app_is_created_by_the_plain_runtime(world: K8sWorld) -> None:
-    """HA as the HA-required rule wants it, with the product's runtime (no test-only bypass): Flink's
-    Kubernetes HA services run against the stand-in (watches, leader election, ConfigMaps)."""
+def test_with_ha_an_app_deployed_before_job_generations_runs(world: K8sWorld) -> None:
+    """HA as the HA-required rule wants it, created the way the release before job generations rendered it
+    (one HA identity, the app name, for every job): the next test upgrades it with the current runtime.
+    Flink's Kubernetes HA services run against the stand-in (watches, leader election, ConfigMaps)."""
     w = world
-    w.runtime = KubernetesRuntime(w.api, clock=SystemClock(), namespaces=[w.ns], rest_via="proxy",
-                                  poll_interval=0.5)
+    w.runtime = PreGenerationRuntime(w.api, clock=SystemClock(), namespaces=[w.ns], rest_via="proxy",
+                                     poll_interval=0.5)
     w.app, w.out = HA_APP, "out-ha"
     rev = w.next_revision()
     ap = w.plan(rev, {HA_APP: ha_spec(w.ns)})
@@ -508,33 +544,39 @@ def test_with_ha_an_app_is_created_by_the_plain_runtime(world: K8sWorld) -> None
     res = w.run(rev, ap)
     assert res.outcome is Outcome.SUCCESS, res.message
     assert res.job_id is not None and w.job_state(res.job_id) == "RUNNING"
-    cid = r.ha_cluster_id(HA_APP, res.job_id)
-    assert w.ha_configmaps() == {f"{cid}-cluster-config-map", f"{cid}-{res.job_id}-config-map"}
+    assert not [a for a in w.jobmanager_args() if "cluster-id=" in a]
+    assert w.ha_configmaps() == {f"{HA_APP}-cluster-config-map", f"{HA_APP}-{res.job_id}-config-map"}
     w.growing_from({}, "counts of the HA app")
 
 
-def test_with_ha_a_savepoint_upgrade_continues_the_counts(world: K8sWorld) -> None:
-    """A new job generation with its own HA identity: the new JobManager recovers nothing of the old job
-    (whose leftovers in the job result store made Flink 2.3 refuse the application's job in 2 of 3 runs when
-    both shared one identity), the old generation's HA ConfigMaps are gone, and the counts continue."""
+def test_with_ha_savepoint_upgrades_continue_the_counts(world: K8sWorld) -> None:
+    """Two upgrades with the product's runtime: from the cluster deployed before job generations, then from
+    a generation of its own. Each new job has its own HA identity: its JobManager recovers nothing of the
+    old job (whose dirty job result store entry made Flink 2.3 refuse the application's job in 2 of 3 runs
+    when all jobs shared one identity), the old HA ConfigMaps are gone, and the counts continue."""
     w = world
-    old_job = w.journal.records().apps[HA_APP].job_id
-    assert old_job is not None
-    before = w.counts()
-    rev = w.next_revision()
-    ap = w.plan(rev, {HA_APP: ha_spec(w.ns, rate=120)})
-    assert ap.action is Action.UPGRADE, ap.reason
-    up = w.run(rev, ap)
-    assert up.outcome is Outcome.SUCCESS, up.message
-    assert up.job_id is not None and up.savepoint is not None
-    restored = wait_until(lambda: w.restored(up.job_id or ""), timeout=30, what="Flink's restore record")
-    assert restored["external_path"] == up.savepoint and restored["is_savepoint"] is True
-    cid = r.ha_cluster_id(HA_APP, up.job_id)
-    assert f"kubernetes.cluster-id={cid}" in w.jobmanager_args()
-    assert w.ha_configmaps() == {f"{cid}-cluster-config-map", f"{cid}-{up.job_id}-config-map"}
+    w.runtime = KubernetesRuntime(w.api, clock=SystemClock(), namespaces=[w.ns], rest_via="proxy",
+                                  poll_interval=0.5)
     jrs = w.node.pvc_dir(w.ns, CLAIM) / "ha" / "job-result-store"
-    assert (jrs / cid).is_dir() and (jrs / r.ha_cluster_id(HA_APP, old_job)).is_dir()  # one store per generation
-    w.growing_from(before, "counts continuing after the HA upgrade")
+    for rate, old_store in ((120, "default"), (130, None)):
+        old_job = w.journal.records().apps[HA_APP].job_id
+        assert old_job is not None
+        before = w.counts()
+        rev = w.next_revision()
+        ap = w.plan(rev, {HA_APP: ha_spec(w.ns, rate=rate)})
+        assert ap.action is Action.UPGRADE, ap.reason
+        up = w.run(rev, ap)
+        assert up.outcome is Outcome.SUCCESS, up.message
+        assert up.job_id is not None and up.savepoint is not None
+        job = up.job_id
+        restored = wait_until(lambda: w.restored(job), timeout=30, what="Flink's restore record")  # noqa: B023
+        assert restored["external_path"] == up.savepoint and restored["is_savepoint"] is True
+        cid = r.ha_cluster_id(HA_APP, job)
+        assert f"kubernetes.cluster-id={cid}" in w.jobmanager_args()
+        assert w.ha_configmaps() == {f"{cid}-cluster-config-map", f"{cid}-{job}-config-map"}
+        # One job result store per generation (the one before generations: Flink's default cluster-id).
+        assert (jrs / cid).is_dir() and (jrs / (old_store or r.ha_cluster_id(HA_APP, old_job))).is_dir()
+        w.growing_from(before, "counts continuing after the HA upgrade")
 
 
 def test_with_ha_a_deleted_jobmanager_pod_goes_on_from_the_latest_checkpoint(world: K8sWorld) -> None:

@@ -58,11 +58,12 @@ def node(cluster: Cluster, tmp_path: Path) -> Iterator[ProcessNode]:
     assert n.errors == []
 
 
-def server_template(greeting: str = "hello", command: list[str] | None = None) -> Obj:
+def server_template(greeting: str = "hello", command: list[str] | None = None, logs_on_error: bool = False) -> Obj:
+    extra = {"terminationMessagePolicy": "FallbackToLogsOnError"} if logs_on_error else {}
     return {"metadata": {"labels": {"app": "web"}}, "spec": {
         "terminationGracePeriodSeconds": 5,
         "containers": [{
-            "name": "main", "image": PY, "command": command or [sys.executable, "-c", SERVER],
+            "name": "main", "image": PY, "command": command or [sys.executable, "-c", SERVER], **extra,
             "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                     {"name": "WHO", "value": "node"}, {"name": "GREETING", "value": f"{greeting} $(WHO)"}],
             "ports": [{"name": "http", "containerPort": 8080}],
@@ -131,7 +132,8 @@ def test_a_deployment_runs_as_ready_pods_reached_through_the_service_proxy(clust
 def test_a_crashing_container_is_restarted_with_crashloopbackoff_and_its_exit_code(cluster: Cluster,
                                                                                   node: ProcessNode) -> None:
     c = cluster
-    setup_objects(c, command=[sys.executable, "-c", "import sys; sys.exit(3)"])
+    setup_objects(c, command=[sys.executable, "-c", "import sys; print('starting'); print('Caused by: boom'); "
+                                                    "sys.exit(3)"], logs_on_error=True)
 
     def crashed() -> Obj | None:
         for p in pods(c):
@@ -142,6 +144,8 @@ def test_a_crashing_container_is_restarted_with_crashloopbackoff_and_its_exit_co
     p = wait(crashed, "restarts")
     cs = p["status"]["containerStatuses"][0]
     assert cs["lastState"]["terminated"]["exitCode"] == 3 and cs["lastState"]["terminated"]["reason"] == "Error"
+    # FallbackToLogsOnError: the failed run's own log tail is the termination message, as a kubelet writes it.
+    assert cs["lastState"]["terminated"]["message"].splitlines() == ["starting", "Caused by: boom"]
     assert cs["ready"] is False
     wait(lambda: any(((x.get("status") or {}).get("containerStatuses") or [{}])[0].get("state", {}).get(
         "waiting", {}).get("reason") == "CrashLoopBackOff" for x in pods(c)), "CrashLoopBackOff")
