@@ -5,10 +5,12 @@ counter job, same spec values, same run, upgrades alternating K, L, K, L ... so 
   and submits the new one to the same JobManager.
 - kubernetes: KubernetesRuntime against the stand-in API server with tests/kubernetes/process_node.py
   running the pods (real Flink JVMs); an upgrade stops the job with a savepoint, then replaces the
-  JobManager Deployment (application mode: the new pod runs the new job with --fromSavepoint), while the
-  TaskManager StatefulSet keeps running. The app runs without HA (NoHaRuleRuntime of
-  tests/kubernetes/test_flink_on_k8s_e2e.py), with heartbeat.timeout 10 s so that the TaskManager finds
-  the new JobManager quickly (without HA it learns of it only by that timeout).
+  JobManager Deployment (application mode: the new pod runs the new job with --fromSavepoint) and, at the
+  same time, the TaskManagers of the StatefulSet (they roll with each job generation; kept TaskManagers
+  waited for their heartbeat to the old JobManager to time out). The app runs without HA (NoHaRuleRuntime of
+  tests/kubernetes/test_flink_on_k8s_e2e.py) and with Flink's default heartbeats (`heartbeat.interval`
+  10 s, `heartbeat.timeout` 50 s), as a user's app would; `--heartbeat-timeout 10s` sets the e2e
+  module's values instead.
 
 Each upgrade is the real planner + Executor (a job-argument change, upgradeMode savepoint). Measured from
 the executor's step timings: downtime = StopWithSavepoint + EnsureCluster + StartJob + AwaitRunning
@@ -87,6 +89,19 @@ class Driver:
         return res
 
 
+def k8s_spec(ns: str, rate: int, heartbeat_timeout: str | None) -> FlinkApp:
+    """The e2e module's app; with Flink's default heartbeats unless `heartbeat_timeout` is given."""
+    doc = app_spec(ns, rate=rate).model_dump(by_alias=True, mode="json")
+    conf = doc["spec"]["flinkConfiguration"]
+    doc["spec"]["deadlines"]["start"] = "120s"  # the e2e module's 30 s is shorter than a default heartbeat
+    if heartbeat_timeout:
+        conf["heartbeat.timeout"] = heartbeat_timeout
+    else:
+        conf.pop("heartbeat.interval", None)
+        conf.pop("heartbeat.timeout", None)
+    return FlinkApp.model_validate(doc)
+
+
 def build_jar(out: Path, flink_home: Path) -> Path:
     env = {**os.environ, "FLINK_HOME": str(flink_home)}
     subprocess.run(["bash", str(COUNTER_DIR / "build.sh"), str(out)], env=env, check=True, capture_output=True)
@@ -117,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cycles", type=int, default=3, help="upgrades per runtime (default 3)")
     ap.add_argument("--json", type=Path, help="also write the rows and the summary here")
+    ap.add_argument("--heartbeat-timeout", help="e.g. '10 s' (interval 2 s); default: Flink's own (50 s)")
     args = ap.parse_args(argv)
     if (why := needs_root_reason()) is not None:
         raise SystemExit(why)
@@ -148,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                 "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
             with ProcessNode(k8s_client.ApiClient(cfg), namespaces=[ns], workdir=tmp / "node", flink_home=flink_home,
                              images={IMAGE: Image(flink=True, usrlib=usrlib)}, backoff_base_s=2.0):
-                drivers = [Driver("kubernetes", k8s_rt, kj, lambda rate: app_spec(ns, rate=rate), None),
+                drivers = [Driver("kubernetes", k8s_rt, kj, lambda rate: k8s_spec(ns, rate, args.heartbeat_timeout),
+                                  None),
                            Driver("local", local_rt, lj, local_spec, jar)]
                 try:
                     for d in drivers:
