@@ -348,3 +348,51 @@ def test_the_daemon_service_of_shard_auto_splits_fences_by_shard_and_hands_over_
     finally:
         for s in services:
             s.shutdown(deadline_s=1)
+
+
+def test_the_sharded_deployments_lease_role_grants_exactly_what_shard_auto_calls(
+        cluster: Cluster, fake: FakeClock, standin_only: object) -> None:
+    from ruamel.yaml import YAML
+
+    from tests.kubernetes.standin import Standin
+
+    assert isinstance(standin_only, Standin)
+    deploy = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes-sharded"
+    role = YAML(typ="safe").load((deploy / "rbac-shards.yaml").read_text())
+    granted = {(g, res, v) for rule in role["rules"] for g in rule["apiGroups"] for res in rule["resources"]
+               for v in rule["verbs"]}
+    standin_only.api.reset_log()
+    a, b = replica(cluster, "pod-a"), replica(cluster, "pod-b")
+    rounds(cluster, [a, b], 4)  # announce, take, give the surplus up, renew
+    b.release_all()  # shutdown: release, leave
+    c = replica(cluster, "pod-c")
+    rounds(cluster, [a, c], 2)
+    for _ in range(int(10 * DURATION / TICK) + 2):  # c dies; a deletes its membership after ten durations
+        a.tick()
+        fake.advance(TICK)
+    assert cluster.kube.get("Lease", cluster.namespace, member_lease_name(LEASE, "pod-c")) is None
+    used = {(call.group, call.resource, call.verb) for call in standin_only.api.calls()}
+    assert used == granted
+
+
+def test_the_sharded_kustomization_builds_5_auto_replicas_and_validates() -> None:
+    import shutil
+    import subprocess
+
+    import kubernetes_validate
+    from ruamel.yaml import YAML
+
+    if shutil.which("kubectl") is None:
+        pytest.skip("needs kubectl (kustomize)")
+    deploy = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes-sharded"
+    out = subprocess.run(["kubectl", "kustomize", str(deploy)], capture_output=True, text=True, check=True).stdout
+    docs = [d for d in YAML(typ="safe").load_all(out) if d]
+    for doc in docs:
+        kubernetes_validate.validate(doc, "1.30.0", strict=True)
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert dep["spec"]["replicas"] == 5
+    assert (env["FLINK_RECONCILER_SHARDS"], env["FLINK_RECONCILER_SHARD"]) == ("5", "auto")
+    settings = load_settings({"shards": env["FLINK_RECONCILER_SHARDS"], "shard": env["FLINK_RECONCILER_SHARD"]})
+    assert (settings.shards, settings.shard) == (5, "auto")
+    assert "POD_NAME" in env and "POD_NAMESPACE" in env  # identity and Lease namespace
