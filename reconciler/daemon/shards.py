@@ -120,8 +120,9 @@ class ShardLeases:
       `quota(shards, R)` shards. Below it, it takes free (released) shard Leases, and expired ones (a
       lost replica's) once they went unrenewed for the Lease duration; above it (a replica joined), it
       gives the surplus up, highest index first, between two passes of that shard (never mid-pass).
-    - A first tick only announces the replica (no shard is taken), so replicas started together see each
-      other before taking shards.
+    - A first tick only announces the replica (no shard is taken), and a tick takes at most one shard, so
+      replicas started together see each other before taking many shards (a lone replica holds all 5
+      after 6 rounds, 12 s; a lost replica's shards are taken one per round by each taker).
     - `release_all()` (shutdown) gives every shard up and deletes the membership Lease, so the other
       replicas take the shards at their next tick instead of after expiry.
     """
@@ -220,7 +221,9 @@ class ShardLeases:
                     el.observe(leases.get(el.name))
             if self._ticks < 2:
                 return  # announced; take shards from the next tick on, once the others saw us
-            free = limit - len([i for i in mine if i not in self._surrender])
+            # One shard per round: replicas starting together (or one slow to start) do not grab every
+            # shard before they see each other, and a replica's first passes come one shard at a time.
+            free = min(1, limit - len([i for i in mine if i not in self._surrender]))
             start = shard_of(self.identity, self.shards)  # replicas starting together try different shards first
             for k in range(self.shards):
                 if free <= 0:

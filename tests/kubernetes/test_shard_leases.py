@@ -93,14 +93,16 @@ def test_quota_and_names() -> None:
     assert load_settings({"shards": 5, "shard": "3"}).shard == 3
 
 
-def test_a_lone_replica_takes_every_shard_but_only_from_its_second_round(cluster: Cluster) -> None:
+def test_a_lone_replica_takes_one_shard_per_round_from_its_second_round(cluster: Cluster) -> None:
     a = replica(cluster, "pod-a")
     a.tick()
     assert a.held() == frozenset()  # announced only: replicas started together see each other first
     member = cluster.kube.get("Lease", cluster.namespace, member_lease_name(LEASE, "pod-a"))
     assert member is not None and member["spec"]["holderIdentity"] == "pod-a"
-    advance(cluster, TICK)
-    a.tick()
+    for n in range(1, SHARDS + 1):  # one shard per round: replicas starting together do not grab everything
+        advance(cluster, TICK)
+        a.tick()
+        assert len(a.held()) == n
     assert a.held() == frozenset(range(SHARDS))
     assert "holds shard(s) 0, 1, 2, 3, 4 of 5; 1 live replica(s)" in a.describe()
 
@@ -108,10 +110,10 @@ def test_a_lone_replica_takes_every_shard_but_only_from_its_second_round(cluster
 @pytest.mark.parametrize("count", [2, 3])
 def test_replicas_split_the_shards_and_never_share_one(cluster: Cluster, count: int) -> None:
     first = replica(cluster, "pod-0")
-    owners = rounds(cluster, [first], 2)
+    owners = rounds(cluster, [first], SHARDS + 1)
     assert set(owners) == set(range(SHARDS))  # alone: everything
     replicas = [first, *(replica(cluster, f"pod-{k}") for k in range(1, count))]
-    owners = rounds(cluster, replicas, 4)  # the newcomers announce, the first gives its surplus up, they take it
+    owners = rounds(cluster, replicas, 5)  # the newcomers announce, the first gives its surplus up, they take it
     assert set(owners) == set(range(SHARDS))
     held = sorted(collections.Counter(owners.values()).values())
     assert held == {2: [2, 3], 3: [1, 2, 2]}[count], owners
@@ -121,7 +123,7 @@ def test_replicas_split_the_shards_and_never_share_one(cluster: Cluster, count: 
 
 def test_a_killed_replicas_shards_are_taken_over_after_its_lease_expired(cluster: Cluster, fake: FakeClock) -> None:
     replicas = [replica(cluster, f"pod-{k}") for k in range(3)]
-    owners = rounds(cluster, replicas, 4)
+    owners = rounds(cluster, replicas, 5)
     dead = replicas[2]
     lost = {i for i, who in owners.items() if who == dead.identity}
     assert lost
@@ -147,15 +149,17 @@ def test_a_killed_replicas_shards_are_taken_over_after_its_lease_expired(cluster
 
 def test_a_replica_shut_down_cleanly_hands_its_shards_over_at_once(cluster: Cluster) -> None:
     replicas = [replica(cluster, f"pod-{k}") for k in range(2)]
-    owners = rounds(cluster, replicas, 4)
+    owners = rounds(cluster, replicas, 5)
     leaving = replicas[1]
     assert any(who == leaving.identity for who in owners.values())
     leaving.release_all()
     assert not leaving.held()
     assert cluster.kube.get("Lease", cluster.namespace, member_lease_name(LEASE, leaving.identity)) is None
     stay = replicas[0]
-    stay.tick()  # one round, no expiry to wait for: the member left and its shards were released
-    assert stay.held() == frozenset(range(SHARDS))
+    for _ in range(len(leaving_held := {i for i, w in owners.items() if w == leaving.identity})):
+        stay.tick()  # one shard per round, no expiry to wait for: the member left and its shards were released
+        advance(cluster, TICK)
+    assert stay.held() == frozenset(range(SHARDS)) and leaving_held
     leaving.tick()
     assert not leaving.held()  # a stopped replica takes nothing back
 
@@ -233,7 +237,7 @@ def test_every_app_is_reconciled_by_one_replica_and_a_lost_replicas_apps_by_anot
             s.sync(full=False, reason="poll")
         fake.advance(TICK)
 
-    for _ in range(5):
+    for _ in range(6):
         round_()
     by_app: dict[str, set[str]] = collections.defaultdict(set)
     for who, app, _ in posted:
