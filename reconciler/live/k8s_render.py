@@ -553,7 +553,8 @@ def _workloads(app: FlinkApp, *, revision: str, job_id: str | None, restore_path
                     "spec": {"replicas": s.task_manager.replicas, "serviceName": names["taskmanager"],
                              "podManagementPolicy": "Parallel",
                              # Every TaskManager rolls with a new job generation: all at once, like the
-                             # Recreate Deployment (where the MaxUnavailableStatefulSet feature is on).
+                             # Recreate Deployment (MaxUnavailableStatefulSet: beta since Kubernetes 1.35;
+                             # older API servers drop the field and roll one pod at a time).
                              "updateStrategy": {"type": "RollingUpdate",
                                                 "rollingUpdate": {"maxUnavailable": "100%"}},
                              "selector": {"matchLabels": selector_labels(name, "taskmanager")},

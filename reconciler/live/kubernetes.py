@@ -223,15 +223,16 @@ def ha_configmap_cluster_id(app: str, cm: Obj) -> str | None:
 def generation_failure(pod: Obj) -> str | None:
     """Why a pod of a new job generation will not come up, from what Kubernetes reports, or None.
 
-    Only a container that really ended with an error counts (a non-zero exit code now or before its last
-    restart, or CrashLoopBackOff): never a container that is still being created, pulled or probed."""
+    Only a container that really ended with an error counts: a non-zero exit code now, or before its last
+    restart while it is not ready again, or CrashLoopBackOff. Never a container that is still being
+    created, pulled or probed, nor one that came back ready after a crash (the job's own wait decides)."""
     status = pod.get("status") or {}
     for cs in status.get("containerStatuses") or []:
         state, last = cs.get("state") or {}, (cs.get("lastState") or {}).get("terminated") or {}
         term = state.get("terminated") or {}
         waiting = state.get("waiting") or {}
         failed = term if term and int(term.get("exitCode", 0)) != 0 else \
-            last if last and int(last.get("exitCode", 0)) != 0 else None
+            last if last and int(last.get("exitCode", 0)) != 0 and not cs.get("ready") else None
         if failed is None and waiting.get("reason") != "CrashLoopBackOff":
             continue
         failed = failed or {}

@@ -500,9 +500,18 @@ def test_deletion_takes_a_final_savepoint_and_stops_every_pod(world: K8sWorld) -
     w = world
     job = w.journal.records().apps[APP].job_id
     assert job is not None
-    # The replaced JobManager may restart the job once while the TaskManager re-registers: let it settle.
-    wait_until(lambda: w.job_state(job) == "RUNNING" and w.growing_from(w.counts(), "the job counting"),
-               timeout=60, what="the job running steadily")
+    # Without HA the kept TaskManager of the replaced JobManager pod offers its slots to the new JobMaster when
+    # their heartbeat times out, but it registers with the new ResourceManager only when that heartbeat times
+    # out too, and the job restarts once more then. Settled: the new JobManager counts the TaskManager.
+    def settled() -> bool:
+        try:
+            registered = int(w.rest("/overview").get("taskmanagers", 0)) >= 1
+        except httpx.HTTPError:
+            return False
+        return registered and w.job_state(job) == "RUNNING"
+    wait_until(settled, timeout=60, what="the TaskManager registered with the new JobManager, the job running")
+    w.growing_from(w.counts(), "the job counting")
+    assert settled()
     rev = w.next_revision()
     keeper = app_spec(w.ns).model_copy(update={"metadata": app_spec(w.ns).metadata.model_copy(
         update={"name": "keeper"})})  # one app stays: deleting the only app trips the empty-checkout guard

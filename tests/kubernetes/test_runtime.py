@@ -21,6 +21,7 @@ from reconciler.live import k8s_render as r
 from reconciler.live.kubernetes import (
     ApplyConflictError,
     KubernetesRuntime,
+    generation_failure,
     pod_problem,
     rewind_warning,
     workload_ready,
@@ -389,6 +390,31 @@ def test_status_readers() -> None:
                                              "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}]}}
     assert pod_problem(oom) == (True, "CrashLoopBackOff: back-off (last exit: OOMKilled, code 137)")
     assert pod_problem({"status": {"phase": "Running", "containerStatuses": [{"state": {"running": {}}}]}}) is None
+
+
+def test_generation_failure_counts_only_containers_that_ended_with_an_error() -> None:
+    def pod(**cs: Any) -> dict[str, Any]:
+        return {"status": {"containerStatuses": [{"name": r.MAIN_CONTAINER, "restartCount": 0, **cs}]}}
+
+    crash = {"terminated": {"exitCode": 1, "reason": "Error",
+                            "message": "2026 ERROR Could not create application program.\n"
+                                       "Caused by: java.lang.ClassNotFoundException: com.example.Nope\n"
+                                       "\tat java.base/java.net.URLClassLoader.findClass(URLClassLoader.java:445)"}}
+    looping = pod(restartCount=2, ready=False, lastState=crash,
+                  state={"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 20s"}})
+    assert generation_failure(looping) == (
+        f"container {r.MAIN_CONTAINER} exited with code 1 (Error), restarted 2 time(s), CrashLoopBackOff: "
+        "Caused by: java.lang.ClassNotFoundException: com.example.Nope")
+    assert "exited with code 137 (OOMKilled)" in (generation_failure(pod(state={"terminated": {
+        "exitCode": 137, "reason": "OOMKilled"}})) or "")
+    assert generation_failure(pod(restartCount=1, ready=False, lastState=crash, state={"running": {}})) is not None
+    # Not failures: being created or pulled, a probe not passing yet, back and ready after one crash, exit 0.
+    assert generation_failure(pod(ready=False, state={"waiting": {"reason": "ContainerCreating"}})) is None
+    assert generation_failure(pod(ready=False, state={"waiting": {"reason": "ImagePullBackOff"}})) is None
+    assert generation_failure(pod(ready=False, state={"running": {}})) is None
+    assert generation_failure(pod(restartCount=1, ready=True, lastState=crash, state={"running": {}})) is None
+    assert generation_failure(pod(state={"terminated": {"exitCode": 0, "reason": "Completed"}})) is None
+    assert generation_failure({"status": {"phase": "Pending"}}) is None
 
 
 # ---- Flink's HA data between two jobs of one app -------------------------------------------------
