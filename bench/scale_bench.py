@@ -56,8 +56,36 @@ spec:
 """
 
 
-def write_app(repo: Repo, i: int, v: int = 1) -> None:
-    repo.write(f"apps/{i // 1000:02d}/app-{i:05d}.yaml", SPEC.format(i=i, v=v, p=1 + i % 2))
+# What the kubernetes runtime accepts (durable state, HA, a jar in the image): `shard: auto` runs there,
+# and a spec it refuses would be an error, not an app (the takeover would measure errors).
+K8S_SPEC = """\
+apiVersion: flink-reconciler.io/v1alpha1
+kind: FlinkApp
+metadata:
+  name: app-{i:05d}
+  namespace: flink
+spec:
+  image: flink:2.3
+  taskManager:
+    slots: 2
+  highAvailability:
+    enabled: true
+    storageDir: s3://flink/ha/app-{i:05d}
+  flinkConfiguration:
+    execution.checkpointing.interval: 10 s
+    execution.checkpointing.dir: s3://flink/checkpoints/app-{i:05d}
+    execution.checkpointing.savepoint-dir: s3://flink/savepoints/app-{i:05d}
+  job:
+    jarURI: local:///opt/flink/usrlib/app-{v}.jar
+    entryClass: com.example.Job{i}
+    args: ["--id", "{i}"]
+    parallelism: {p}
+    upgradeMode: savepoint
+"""
+
+
+def write_app(repo: Repo, i: int, v: int = 1, *, template: str = SPEC) -> None:
+    repo.write(f"apps/{i // 1000:02d}/app-{i:05d}.yaml", template.format(i=i, v=v, p=1 + i % 2))
 
 
 def origin_note(repo: Repo, sha: str) -> str:
@@ -172,7 +200,7 @@ def takeover(root: Path, n: int, shards: int, *, changed: int = 50) -> dict[str,
     ns = "flink-reconciler"
     repo = Repo(root)
     for i in range(n):
-        write_app(repo, i)
+        write_app(repo, i, template=K8S_SPEC)
     head = repo.commit(f"{n} apps")
     out: dict[str, Any] = {"apps": n, "replicas": shards, "shards": shards, "poll_s": POLL,
                            "lease_duration_s": 15.0}
@@ -190,7 +218,7 @@ def takeover(root: Path, n: int, shards: int, *, changed: int = 50) -> dict[str,
         t0 = time.time()
         procs = [DaemonProc.start(root / f"daemon-{k}.log", repo_url=repo.origin, state_dir=root / f"state-{k}",
                                   dry_run=True, poll_interval=POLL, drift_interval=DRIFT, status_sink="notes",
-                                  runtime="kubernetes", kubeconfig=kubeconfig, namespaces=ns, lease_namespace=ns,
+                                  runtime="kubernetes", kubeconfig=kubeconfig, namespaces="flink", lease_namespace=ns,
                                   shards=shards, shard="auto") for k in range(shards)]
         try:
             wait(lambda: len(status_apps(origin_note(repo, head))) >= n, 1800, f"{n} statuses on the origin",
@@ -216,7 +244,7 @@ def takeover(root: Path, n: int, shards: int, *, changed: int = 50) -> dict[str,
             victim.proc.kill()
             victim.proc.wait()
             for a in apps:
-                write_app(repo, a, v=20_000)
+                write_app(repo, a, v=20_000, template=K8S_SPEC)
             sha = repo.commit(f"{len(apps)} apps of shard {victim_shard}")
             want = {f"app-{a:05d}" for a in apps}
             wait(lambda: shard_holders(kube, ns, shards)[victim_shard] not in (None, identity), 120,
