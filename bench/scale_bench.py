@@ -10,7 +10,12 @@ For each configuration (N apps, S shard processes; `--config 1000x1,10000x1,5000
 5. Idle: CPU (incl. the git processes, % of one core, summed over the processes) and RSS (largest
    process) over `--idle-seconds` (one drift interval by default, so one full pass is in the window).
 
-Run: .venv/bin/python bench/scale_bench.py [--config 1000x1,10000x1] [--idle-seconds 60]
+`--takeover 50000x5`: `shard: auto` instead, 5 replicas against the stand-in API server (tests/kubernetes/
+standin.py, in this process; dry run, specs the kubernetes runtime accepts): once every startup status is
+on the origin and each replica holds one shard, SIGKILL the holder of shard 0, push a commit changing 50
+of its apps, and print kill -> its Lease held by another replica -> all 50 statuses on the origin.
+
+Run: .venv/bin/python bench/scale_bench.py [--config 1000x1,10000x1] [--idle-seconds 60] [--takeover 50000x5]
 Prints one JSON document, then a Markdown table. Not a test: nothing is asserted.
 """
 
