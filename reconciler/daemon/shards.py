@@ -151,6 +151,7 @@ class ShardLeases:
         self.kube = self.member.kube
         self._busy = {i: threading.Lock() for i in range(shards)}  # held while a pass of the shard runs
         self._surrender: set[int] = set()
+        self._terms = dict.fromkeys(range(shards), 0)  # shard -> how many times this replica took it
         self._members: dict[str, tuple[tuple[Any, Any], float]] = {}  # lease -> ((holder, renewTime), seen at)
         self._live = 1
         self._ticks = 0
@@ -166,6 +167,10 @@ class ShardLeases:
 
     def held(self) -> frozenset[int]:
         return frozenset(i for i in self.electors if self.holds(i))
+
+    def term(self, shard: int) -> int:
+        """Changes each time this replica takes the shard (again): what it knew of it before is stale."""
+        return self._terms[shard]
 
     @contextlib.contextmanager
     def reconciling(self, shard: int) -> Iterator[bool]:
@@ -233,6 +238,7 @@ class ShardLeases:
                     continue
                 if self.electors[i].try_acquire_or_renew():
                     log.info("shard leases: %s took shard %d of %d", self.identity, i, self.shards)
+                    self._terms[i] += 1
                     free -= 1
 
     def _count_members(self, leases: dict[str, dict[str, Any]]) -> int:
@@ -326,31 +332,35 @@ class ShardedService:
         self._make = make_shard
         self.reporter = reporter
         self._stop_leases = stop_leases
-        self._recs: dict[int, Reconciler] = {}
+        self._recs: dict[int, tuple[int, Reconciler]] = {}  # shard -> (the term it was built in, its Reconciler)
         self._lock = threading.Lock()
         self._stopping = False
 
     def reconcilers(self) -> dict[int, Reconciler]:
-        return dict(self._recs)
+        return {i: rec for i, (_, rec) in self._recs.items()}
 
     def sync(self, *, full: bool, reason: str) -> None:
         with self._lock:
             if self._stopping:
                 return
             held = self.leases.held()
-            for i in sorted(set(self._recs) - held):
-                log.info("shard %d is no longer ours: dropping its specs and records", i)
-                del self._recs[i]
+            for i in sorted(self._recs):
+                if i not in held or self._recs[i][0] != self.leases.term(i):  # lost, maybe taken again since
+                    log.info("shard %d is no longer ours (or was lost and taken again): dropping what this "
+                             "replica knew of it", i)
+                    del self._recs[i]
             if not held:
                 log.debug("standby: no shard held (%s); not reconciling (%s)", self.leases.describe(), reason)
                 return
             self._shared.result = self.source.fetch()
             failed: list[tuple[int, Exception]] = []
             for i in sorted(held):
-                rec = self._recs.get(i)
-                if rec is None:
+                if i in self._recs:
+                    rec = self._recs[i][1]
+                else:
                     log.info("shard %d of %d is ours now: a full pass of its apps", i, self.leases.shards)
-                    rec = self._recs[i] = self._make(Shard(i, self.leases.shards), cast("GitSource", self._shared))
+                    rec = self._make(Shard(i, self.leases.shards), cast("GitSource", self._shared))
+                    self._recs[i] = (self.leases.term(i), rec)
                 with self.leases.reconciling(i) as mine:
                     if not mine:
                         continue
@@ -363,7 +373,7 @@ class ShardedService:
                 raise failed[0][1]
 
     def readiness(self) -> tuple[bool, str]:
-        recs = {i: r for i, r in sorted(self._recs.items()) if self.leases.holds(i)}
+        recs = {i: r for i, (_, r) in sorted(self._recs.items()) if self.leases.holds(i)}
         if self.leases.last_error:
             return False, f"shard leases: {self.leases.last_error}"
         for i, rec in recs.items():

@@ -400,3 +400,26 @@ def test_the_sharded_kustomization_builds_5_auto_replicas_and_validates() -> Non
     settings = load_settings({"shards": env["FLINK_RECONCILER_SHARDS"], "shard": env["FLINK_RECONCILER_SHARD"]})
     assert (settings.shards, settings.shard) == (5, "auto")
     assert "POD_NAME" in env and "POD_NAMESPACE" in env  # identity and Lease namespace
+
+
+def test_a_shard_lost_and_taken_again_between_two_passes_is_rebuilt_from_the_cluster(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """What a replica knew of a shard before it lost it (records another holder may have changed since,
+    a transition it may have finished) is never reused: taking the shard again builds it anew."""
+    (tmp_path / "repo").mkdir()
+    repo = Repo(tmp_path / "repo")
+    repo.write("apps/a.yaml", spec("a"))
+    repo.commit("one app")
+    svc = service(cluster, repo, tmp_path, "pod-a", [])
+    rounds(cluster, [svc.leases], SHARDS + 1)
+    svc.sync(full=True, reason="startup")
+    before = svc.reconcilers()
+    assert set(before) == set(range(SHARDS))
+    i = shard_of("a", SHARDS)
+    svc.leases.electors[i].release()  # lost (here: released; an expiry or a lost renewal alike)...
+    svc.leases.tick()  # ...and taken again before the next pass
+    assert i in svc.leases.held()
+    svc.sync(full=False, reason="poll")
+    after = svc.reconcilers()
+    assert after[i] is not before[i]
+    assert all(after[k] is before[k] for k in range(SHARDS) if k != i)
