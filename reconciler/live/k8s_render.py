@@ -58,6 +58,15 @@ ANNOTATION_JOB_ID = "flink-reconciler.io/job-id"
 ANNOTATION_SPEC_HASH = "flink-reconciler.io/spec-hash"
 ANNOTATION_REVISION = "flink-reconciler.io/revision"
 ANNOTATION_CONFIG_HASH = "flink-reconciler.io/config-hash"
+# Warm standby (see the module docstring): the cluster generation of an object, and the root's pointers.
+LABEL_GENERATION = "flink-reconciler.io/cluster-generation"
+ANNOTATION_LIVE = "flink-reconciler.io/live-generation"
+ANNOTATION_STANDBY = "flink-reconciler.io/standby-generation"
+ANNOTATION_RETIRED = "flink-reconciler.io/retired-generation"
+BASE = "base"  # the pointer value of the app's first cluster (application mode, names without a generation)
+GENERATION_FIELD_MANAGER = "flink-reconciler-generations"  # owns only the root's three pointer annotations
+WEB_UPLOAD_DIR = "/opt/flink/web-upload"  # web.upload.dir of a session JobManager; jars in flink-web-upload/
+STAGED_JAR = "job.jar"  # the jar id a session JobManager lists: staged there by the stage-jar init container
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -93,6 +102,7 @@ _RESERVED: dict[str, str] = {
     "high-availability.storageDir": "set spec.highAvailability.storageDir",
     "kubernetes.cluster-id": "derived from the app name and the job (one HA identity per job generation)",
     "high-availability.cluster-id": "derived from the app name and the job (one HA identity per job generation)",
+    "web.upload.dir": "the jar directory of a warm standby's session JobManager",
 }
 
 LOG4J_CONSOLE = """\
@@ -150,17 +160,20 @@ def cpu_quantity(cores: float) -> str:
 HA_ID_DIGITS = 12  # of the job id in the HA identity: an app name (max 45) + 13 stays a valid label value (63)
 
 
-def ha_cluster_id(app: str, job_id: str | None) -> str:
+def ha_cluster_id(app: str, job_id: str | None, generation: str = "") -> str:
     """The HA identity of the generation of `app` that runs `job_id` (see the module docstring). Without a job
-    id it is the app name: what config.yaml says, and what clusters rendered before generations used."""
+    id it is the app name: what config.yaml says, and what clusters rendered before generations used. A
+    session cluster (warm standby) has one identity for its whole life: `<app>.g<generation>`."""
+    if generation:
+        return f"{app}.g{generation}"
     return f"{app}.{job_id[:HA_ID_DIGITS]}" if job_id else app
 
 
-def ha_identity_args(app: FlinkApp, job_id: str | None) -> list[str]:
+def ha_identity_args(app: FlinkApp, job_id: str | None, generation: str = "") -> list[str]:
     """`-D` arguments that give a JobManager or TaskManager the HA identity of `job_id`'s generation."""
-    if not app.spec.high_availability.enabled or not job_id:
+    if not app.spec.high_availability.enabled or not (job_id or generation):
         return []
-    cid = ha_cluster_id(app.name, job_id)
+    cid = ha_cluster_id(app.name, job_id, generation)
     return ["-D", f"kubernetes.cluster-id={cid}", "-D", f"high-availability.cluster-id={cid}"]
 
 
@@ -170,7 +183,13 @@ class Generation(enum.Enum):
     OF_THE_JOB = "of the job"
 
 
-def object_names(name: str) -> dict[str, str]:
+def object_names(name: str, generation: str = "") -> dict[str, str]:
+    """Object names of the app's cluster `generation` ("" : the first cluster, application mode). A session
+    cluster's names carry its generation (short suffixes: a Service name is a 63-character DNS label)."""
+    if generation:
+        p = f"{name}-g{generation}"
+        return {"root": f"{name}-root", "config": f"{p}-config", "jobmanager": f"{p}-jm", "taskmanager": f"{p}-tm",
+                "rest": f"{p}-rest", "flink": f"{name}-flink"}
     return {
         "root": f"{name}-root",
         "config": f"{name}-config",
@@ -181,11 +200,16 @@ def object_names(name: str) -> dict[str, str]:
     }
 
 
-def selector_labels(app: str, component: str | None = None) -> dict[str, str]:
-    """Labels that never change for an object's life (Deployment selectors are immutable)."""
+def selector_labels(app: str, component: str | None = None, generation: str = "") -> dict[str, str]:
+    """Labels that never change for an object's life (Deployment selectors are immutable). A session cluster's
+    components are `session-jobmanager`/`session-taskmanager` with its generation label: the first cluster's
+    Services and Deployments (selectors without a generation, immutable) never select its pods."""
     labels = {LABEL_NAME: "flink", LABEL_INSTANCE: app, LABEL_MANAGED_BY: MANAGED_BY}
     if component:
-        labels[LABEL_COMPONENT] = component
+        labels[LABEL_COMPONENT] = f"session-{component}" if generation and component in (
+            "jobmanager", "taskmanager") else component
+    if generation:
+        labels[LABEL_GENERATION] = generation
     return labels
 
 
@@ -222,12 +246,12 @@ def _jar(app: FlinkApp) -> tuple[str | None, str | None]:
     )
 
 
-def flink_config(app: FlinkApp) -> dict[str, str]:
+def flink_config(app: FlinkApp, generation: str = "") -> dict[str, str]:
     """Flink's config.yaml as flat keys; spec.flinkConfiguration merged over our defaults."""
     name, ns = app.name, app.metadata.namespace
     s = app.spec
     owned: dict[str, str] = {
-        "jobmanager.rpc.address": object_names(name)["jobmanager"],
+        "jobmanager.rpc.address": object_names(name, generation)["jobmanager"],
         "jobmanager.rpc.port": str(RPC_PORT),
         "blob.server.port": str(BLOB_PORT),
         "rest.port": str(REST_PORT),
@@ -242,6 +266,8 @@ def flink_config(app: FlinkApp) -> dict[str, str]:
         owned["high-availability.type"] = "kubernetes"
         owned["high-availability.storageDir"] = s.high_availability.storage_dir or ""
         owned["kubernetes.cluster-id"] = name
+    if generation:
+        owned["web.upload.dir"] = WEB_UPLOAD_DIR  # where the stage-jar init container puts the job's jar
     for key, value in s.flink_configuration.items():
         if key in owned and owned[key] != value:
             raise RenderError(f"flinkConfiguration key {key!r} is managed by the reconciler: {_RESERVED[key]}",
@@ -252,7 +278,7 @@ def flink_config(app: FlinkApp) -> dict[str, str]:
     defaults: dict[str, str] = {
         "jobmanager.bind-host": "0.0.0.0",
         "taskmanager.bind-host": "0.0.0.0",
-        "rest.address": object_names(name)["rest"],
+        "rest.address": object_names(name, generation)["rest"],
         "rest.bind-address": "0.0.0.0",
         "parallelism.default": str(s.job.parallelism),
         # Keep cancelled jobs' checkpoints: they are restore points (last-state, rollback).
@@ -305,8 +331,8 @@ def _merge(base: Any, top: Any, path: tuple[str, ...]) -> Any:
     return copy.deepcopy(top)
 
 
-def _meta(app: FlinkApp, name: str, *, revision: str, component: str | None) -> Obj:
-    labels = {**app.metadata.labels, **selector_labels(app.name, component),
+def _meta(app: FlinkApp, name: str, *, revision: str, component: str | None, generation: str = "") -> Obj:
+    labels = {**app.metadata.labels, **selector_labels(app.name, component, generation),
               LABEL_VERSION: app.spec.flink_version}
     annotations = {**app.metadata.annotations, ANNOTATION_SPEC_HASH: spec_hash(app.canonical()),
                    ANNOTATION_REVISION: revision}
@@ -315,9 +341,10 @@ def _meta(app: FlinkApp, name: str, *, revision: str, component: str | None) -> 
 
 
 def _pod_spec(app: FlinkApp, component: str, args: list[str], config_hash: str, *,
-              jar_url: str | None = None, jar_path: str | None = None, job_id: str | None = None) -> Obj:
+              jar_url: str | None = None, jar_path: str | None = None, job_id: str | None = None,
+              generation: str = "") -> Obj:
     s = app.spec
-    names = object_names(app.name)
+    names = object_names(app.name, generation)
     res = s.job_manager.resources if component == "jobmanager" else s.task_manager.resources
     field = "spec.jobManager.resources.memory" if component == "jobmanager" else "spec.taskManager.resources.memory"
     mem = f"{container_memory_mib(memory_mib(res.memory, app=app.name, field=field))}Mi"
@@ -363,9 +390,11 @@ def _pod_spec(app: FlinkApp, component: str, args: list[str], config_hash: str, 
         for vct in s.task_manager.volume_claim_templates:
             mounts.append({"name": vct.name, "mountPath": vct.mount_path})
     init: list[Obj] = []
+    fetched_mounts: list[Obj] = []
     if jar_url and jar_path:
         volumes.append({"name": "usrlib", "emptyDir": {}})
         mounts.append({"name": "usrlib", "mountPath": USRLIB})
+        fetched_mounts.append({"name": "usrlib", "mountPath": USRLIB})
         script = 'curl -fsSL --retry 3 -o "$JAR_PATH" "$JAR_URL"'
         if s.job.jar_sha256:
             script += f' && echo "{s.job.jar_sha256}  $JAR_PATH" | sha256sum -c -'
@@ -373,6 +402,20 @@ def _pod_spec(app: FlinkApp, component: str, args: list[str], config_hash: str, 
             "name": "fetch-jar", "image": JAR_FETCH_IMAGE, "command": ["sh", "-c", script],
             "env": [{"name": "JAR_URL", "value": jar_url}, {"name": "JAR_PATH", "value": jar_path}],
             "volumeMounts": [{"name": "usrlib", "mountPath": USRLIB}],
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}},
+        })
+    if generation and component == "jobmanager" and jar_path:
+        # A session JobManager runs jobs submitted over REST (POST /jars/<id>/run): the jar must be in its
+        # upload directory, where GET /jars lists it. Copied from the image (or the fetched usrlib) before it starts.
+        volumes.append({"name": "web-upload", "emptyDir": {}})
+        mounts.append({"name": "web-upload", "mountPath": WEB_UPLOAD_DIR})
+        init.append({
+            "name": "stage-jar", "image": image,
+            "command": ["sh", "-c", 'mkdir -p "$JAR_DIR" && cp "$JAR_PATH" "$JAR_DIR/$JAR_ID"'],
+            "env": [{"name": "JAR_PATH", "value": jar_path},
+                    {"name": "JAR_DIR", "value": f"{WEB_UPLOAD_DIR}/flink-web-upload"},
+                    {"name": "JAR_ID", "value": STAGED_JAR}],
+            "volumeMounts": [*fetched_mounts, {"name": "web-upload", "mountPath": WEB_UPLOAD_DIR}],
             "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}},
         })
     spec: Obj = {"containers": [container], "volumes": volumes}
@@ -385,14 +428,15 @@ def _pod_spec(app: FlinkApp, component: str, args: list[str], config_hash: str, 
         spec["affinity"] = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
             "weight": 100,
             "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
-                                "labelSelector": {"matchLabels": selector_labels(app.name, "taskmanager")}},
+                                "labelSelector": {"matchLabels": selector_labels(app.name, "taskmanager",
+                                                                                 generation)}},
         }]}}
     annotations = {ANNOTATION_CONFIG_HASH: config_hash}
     if job_id:
         annotations[ANNOTATION_JOB_ID] = job_id
     template: Obj = {
         "metadata": {
-            "labels": dict(sorted({**app.metadata.labels, **selector_labels(app.name, component),
+            "labels": dict(sorted({**app.metadata.labels, **selector_labels(app.name, component, generation),
                                    LABEL_VERSION: s.flink_version}.items())),
             "annotations": dict(sorted(annotations.items())),
         },
@@ -423,6 +467,15 @@ def jobmanager_args(app: FlinkApp, *, job_id: str | None, restore_path: str | No
     return [*args, *app.spec.job.args]
 
 
+def session_jobmanager_args(app: FlinkApp, generation: str) -> list[str]:
+    """A session JobManager (the official image's `jobmanager`): no job of its own, so a restart never runs a job
+    from stale arguments; with HA it recovers the jobs submitted to it under the cluster's HA identity."""
+    args = ["jobmanager"]
+    if app.spec.high_availability.enabled:
+        args += ["-D", "jobmanager.rpc.address=$(POD_IP)"]
+    return [*args, *ha_identity_args(app, None, generation)]
+
+
 def render_app(
     app: FlinkApp,
     *,
@@ -432,12 +485,17 @@ def render_app(
     allow_non_restored_state: bool = False,
     root_uid: str | None = None,
     taskmanagers_for: str | Generation | None = Generation.OF_THE_JOB,
+    generation: str = "",
 ) -> list[Obj]:
     """Every object of `app`, root first. Raises RenderError for input Kubernetes cannot run, including
     state that would not be durable there (see k8s_storage: the first problem is raised).
 
     `taskmanagers_for` is the job id whose generation the TaskManagers belong to (None: the TaskManagers of a
-    cluster rendered before generations, or not started for any job yet); by default the JobManager's job."""
+    cluster rendered before generations, or not started for any job yet); by default the JobManager's job.
+
+    `generation` (a warm standby's cluster, see the module docstring) renders the session cluster of that
+    generation instead: a JobManager without a job (the job is submitted over REST), the jar staged in its
+    upload directory, TaskManagers that live as long as the cluster; `job_id` and `restore_path` are ignored."""
     problems = kubernetes_spec_problems(app)
     if problems:
         more = f" (and {len(problems) - 1} more: `flink-reconciler validate --runtime kubernetes` lists them)" \
@@ -445,7 +503,7 @@ def render_app(
         raise RenderError(problems[0].message + more, app=app.name, field=problems[0].field)
     return _render(app, revision=revision, job_id=job_id, restore_path=restore_path,
                    allow_non_restored_state=allow_non_restored_state, root_uid=root_uid,
-                   taskmanagers_for=taskmanagers_for)
+                   taskmanagers_for=taskmanagers_for, generation=generation)
 
 
 def kubernetes_problems(app: FlinkApp) -> list[SpecProblem]:
@@ -468,12 +526,12 @@ def _loc(field: str | None) -> tuple[str, ...]:
 
 def _render(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: str | None,
             allow_non_restored_state: bool = False, root_uid: str | None = None,
-            taskmanagers_for: str | Generation | None = Generation.OF_THE_JOB) -> list[Obj]:
+            taskmanagers_for: str | Generation | None = Generation.OF_THE_JOB, generation: str = "") -> list[Obj]:
     name, ns = app.name, app.metadata.namespace
-    names = object_names(name)
+    names = object_names(name, generation)
     s = app.spec
     jar_path, jar_url = _jar(app)
-    conf = flink_config(app)
+    conf = flink_config(app, generation)
     conf_text = config_yaml(conf)
     config_hash = hashlib.sha256((conf_text + LOG4J_CONSOLE).encode()).hexdigest()[:16]
 
@@ -501,10 +559,14 @@ def _render(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: s
         ]
     objs.append({
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": _meta(app, names["config"], revision=revision, component="config"),
+        "metadata": _meta(app, names["config"], revision=revision, component="config", generation=generation),
         "data": {"config.yaml": conf_text, "log4j-console.properties": LOG4J_CONSOLE},
     })
-    if s.job.state is not JobState.SUSPENDED:
+    if generation:
+        objs += _workloads(app, revision=revision, job_id=None, restore_path=None, allow_non_restored_state=False,
+                           jar_path=jar_path, jar_url=jar_url, config_hash=config_hash, tm_job=None,
+                           generation=generation)
+    elif s.job.state is not JobState.SUSPENDED:
         tm_job = job_id if isinstance(taskmanagers_for, Generation) else taskmanagers_for
         objs += _workloads(app, revision=revision, job_id=job_id, restore_path=restore_path,
                            allow_non_restored_state=allow_non_restored_state, jar_path=jar_path,
@@ -516,28 +578,33 @@ def _render(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: s
 
 def _workloads(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: str | None,
                allow_non_restored_state: bool, jar_path: str | None, jar_url: str | None,
-               config_hash: str, tm_job: str | None) -> list[Obj]:
+               config_hash: str, tm_job: str | None, generation: str = "") -> list[Obj]:
     name = app.name
-    names = object_names(name)
+    names = object_names(name, generation)
     s = app.spec
+    g = generation
+
+    def meta(obj_name: str, component: str) -> Obj:
+        return _meta(app, obj_name, revision=revision, component=component, generation=g)
+
     out: list[Obj] = [
         {"apiVersion": "v1", "kind": "Service",
-         "metadata": _meta(app, names["jobmanager"], revision=revision, component="jobmanager"),
-         "spec": {"type": "ClusterIP", "selector": selector_labels(name, "jobmanager"), "ports": [
+         "metadata": meta(names["jobmanager"], "jobmanager"),
+         "spec": {"type": "ClusterIP", "selector": selector_labels(name, "jobmanager", g), "ports": [
              {"name": "rpc", "port": RPC_PORT, "targetPort": RPC_PORT, "protocol": "TCP"},
              {"name": "blob", "port": BLOB_PORT, "targetPort": BLOB_PORT, "protocol": "TCP"}]}},
         {"apiVersion": "v1", "kind": "Service",
-         "metadata": _meta(app, names["rest"], revision=revision, component="jobmanager"),
-         "spec": {"type": "ClusterIP", "selector": selector_labels(name, "jobmanager"), "ports": [
+         "metadata": meta(names["rest"], "jobmanager"),
+         "spec": {"type": "ClusterIP", "selector": selector_labels(name, "jobmanager", g), "ports": [
              {"name": "rest", "port": REST_PORT, "targetPort": REST_PORT, "protocol": "TCP"}]}},
     ]
-    tm_pod = _pod_spec(app, "taskmanager", ["taskmanager", *ha_identity_args(app, tm_job)], config_hash,
-                       job_id=tm_job)
+    tm_pod = _pod_spec(app, "taskmanager", ["taskmanager", *ha_identity_args(app, tm_job, g)], config_hash,
+                       job_id=tm_job, generation=g)
     vcts = s.task_manager.volume_claim_templates
     if vcts:
         out.append({"apiVersion": "v1", "kind": "Service",
-                    "metadata": _meta(app, names["taskmanager"], revision=revision, component="taskmanager"),
-                    "spec": {"clusterIP": "None", "selector": selector_labels(name, "taskmanager"),
+                    "metadata": meta(names["taskmanager"], "taskmanager"),
+                    "spec": {"clusterIP": "None", "selector": selector_labels(name, "taskmanager", g),
                              "ports": [{"name": "rpc", "port": TM_RPC_PORT, "targetPort": TM_RPC_PORT,
                                         "protocol": "TCP"}]}})
         claims = []
@@ -546,10 +613,10 @@ def _workloads(app: FlinkApp, *, revision: str, job_id: str | None, restore_path
                                "resources": {"requests": {"storage": v.storage}}}
             if v.storage_class_name:
                 claim_spec["storageClassName"] = v.storage_class_name
-            claims.append({"metadata": {"name": v.name, "labels": selector_labels(name, "taskmanager")},
+            claims.append({"metadata": {"name": v.name, "labels": selector_labels(name, "taskmanager", g)},
                            "spec": claim_spec})
         out.append({"apiVersion": "apps/v1", "kind": "StatefulSet",
-                    "metadata": _meta(app, names["taskmanager"], revision=revision, component="taskmanager"),
+                    "metadata": meta(names["taskmanager"], "taskmanager"),
                     "spec": {"replicas": s.task_manager.replicas, "serviceName": names["taskmanager"],
                              "podManagementPolicy": "Parallel",
                              # Every TaskManager rolls with a new job generation: all at once, like the
@@ -557,26 +624,30 @@ def _workloads(app: FlinkApp, *, revision: str, job_id: str | None, restore_path
                              # older API servers drop the field and roll one pod at a time).
                              "updateStrategy": {"type": "RollingUpdate",
                                                 "rollingUpdate": {"maxUnavailable": "100%"}},
-                             "selector": {"matchLabels": selector_labels(name, "taskmanager")},
+                             "selector": {"matchLabels": selector_labels(name, "taskmanager", g)},
                              # PVCs go with the app (state lives in savepoints), but survive a scale-down.
                              "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete",
                                                                       "whenScaled": "Retain"},
                              "template": tm_pod, "volumeClaimTemplates": claims}})
     else:
         out.append({"apiVersion": "apps/v1", "kind": "Deployment",
-                    "metadata": _meta(app, names["taskmanager"], revision=revision, component="taskmanager"),
+                    "metadata": meta(names["taskmanager"], "taskmanager"),
                     "spec": {"replicas": s.task_manager.replicas, "strategy": {"type": "Recreate"},
-                             "selector": {"matchLabels": selector_labels(name, "taskmanager")},
+                             "selector": {"matchLabels": selector_labels(name, "taskmanager", g)},
                              "template": tm_pod}})
-    args = jobmanager_args(app, job_id=job_id, restore_path=restore_path,
-                           allow_non_restored_state=allow_non_restored_state, jar_path=jar_path,
-                           fetched=jar_url is not None)
-    jm_pod = _pod_spec(app, "jobmanager", args, config_hash, jar_url=jar_url, jar_path=jar_path, job_id=job_id)
+    if g:
+        args = session_jobmanager_args(app, g)
+    else:
+        args = jobmanager_args(app, job_id=job_id, restore_path=restore_path,
+                               allow_non_restored_state=allow_non_restored_state, jar_path=jar_path,
+                               fetched=jar_url is not None)
+    jm_pod = _pod_spec(app, "jobmanager", args, config_hash, jar_url=jar_url, jar_path=jar_path, job_id=job_id,
+                       generation=g)
     out.append({"apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": _meta(app, names["jobmanager"], revision=revision, component="jobmanager"),
+                "metadata": meta(names["jobmanager"], "jobmanager"),
                 # Recreate: two JobManagers of one app must never run side by side.
                 "spec": {"replicas": s.job_manager.replicas, "strategy": {"type": "Recreate"},
-                         "selector": {"matchLabels": selector_labels(name, "jobmanager")},
+                         "selector": {"matchLabels": selector_labels(name, "jobmanager", g)},
                          "template": jm_pod}})
     return out
 

@@ -19,9 +19,11 @@ What the runtime owns of an app (see `k8s_render` for the objects):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +39,7 @@ from reconciler.clock import Clock
 from reconciler.core.observed import Checkpoint, ClusterPhase
 from reconciler.errors import (
     DeadlineExceededError,
+    JobNotFoundError,
     ObserveError,
     PermanentStepError,
     RenderError,
@@ -174,9 +177,9 @@ class Kube:
                 return None
             raise
 
-    def apply(self, obj: Obj, *, force: bool) -> Obj:
+    def apply(self, obj: Obj, *, force: bool, manager: str = r.FIELD_MANAGER) -> Obj:
         meta = obj["metadata"]
-        query = [("fieldManager", r.FIELD_MANAGER)] + ([("force", "true")] if force else [])
+        query = [("fieldManager", manager)] + ([("force", "true")] if force else [])
         out: Obj = self.request("PATCH", self.path(obj["kind"], meta.get("namespace"), meta["name"]),
                                 query=query, body=obj, content_type="application/apply-patch+yaml")
         return out
@@ -215,9 +218,14 @@ def ha_configmap_cluster_id(app: str, cm: Obj) -> str | None:
     cid = _label(cm, "app") or ""
     if cid != app:
         prefix, dot, digits = cid.rpartition(".")
-        if not dot or prefix != app or not _hex(digits, r.HA_ID_DIGITS):
+        if not dot or prefix != app or not (_hex(digits, r.HA_ID_DIGITS) or is_session_suffix(digits)):
             return None
     return cid if is_ha_configmap_name(cid, str((cm.get("metadata") or {}).get("name", ""))) else None
+
+
+def is_session_suffix(text: str) -> bool:
+    """`g<8 hex>`: the HA identity suffix of a warm standby's session cluster (k8s_render.ha_cluster_id)."""
+    return text.startswith("g") and _hex(text[1:], 8)
 
 
 def generation_failure(pod: Obj) -> str | None:
@@ -277,6 +285,9 @@ def workload_ready(obj: Obj) -> tuple[bool, str | None]:
     if int(status.get("replicas", 0)) > want:
         return False, "old replicas are still terminating"
     return True, None
+
+# Of those, the ones a new cluster (a warm standby) fails on at once: its configuration cannot run.
+NEVER_HEALS = ("RunContainerError", "CreateContainerConfigError", "CreateContainerError")
 
 
 def pod_problem(pod: Obj) -> tuple[bool, str] | None:
@@ -355,14 +366,52 @@ def subset_diff(want: Any, have: Any, path: str = "") -> list[str]:
 
 
 @dataclass
+class _Cluster:
+    """The workloads and pods of one cluster generation of an app."""
+
+    jobmanager: Obj | None = None
+    taskmanager: Obj | None = None
+    pods: list[Obj] = field(default_factory=list)
+
+
+@dataclass
 class _AppView:
-    """Everything one cycle's lists said about one app."""
+    """Everything one cycle's lists said about one app: its live cluster (the generation the root's pointer
+    names; "" is the first cluster, in application mode) and the others beside it (standby, retired)."""
 
     namespace: str
     root: Obj | None = None
     jobmanager: Obj | None = None
     taskmanager: Obj | None = None
     pods: list[Obj] = field(default_factory=list)
+    live_generation: str = ""
+    others: dict[str, _Cluster] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Pointers:
+    """The root's generation pointers: the live cluster, a warm standby, the retired one ("" = the first)."""
+
+    live: str = ""
+    standby: str | None = None
+    retired: str | None = None
+
+    @staticmethod
+    def of(root: Obj | None) -> Pointers:
+        ann = ((root or {}).get("metadata") or {}).get("annotations") or {}
+
+        def gen(v: str | None) -> str | None:
+            return None if v is None else ("" if v == r.BASE else v)
+        return Pointers(live=gen(ann.get(r.ANNOTATION_LIVE)) or "", standby=gen(ann.get(r.ANNOTATION_STANDBY)) or None,
+                        retired=gen(ann.get(r.ANNOTATION_RETIRED)))
+
+    def annotations(self) -> dict[str, str]:
+        out = {r.ANNOTATION_LIVE: self.live or r.BASE}
+        if self.standby:
+            out[r.ANNOTATION_STANDBY] = self.standby
+        if self.retired is not None:
+            out[r.ANNOTATION_RETIRED] = self.retired or r.BASE
+        return out
 
 
 def _label(obj: Obj, key: str) -> str | None:
@@ -371,7 +420,8 @@ def _label(obj: Obj, key: str) -> str | None:
 
 
 class KubernetesRuntime:
-    """`reconciler.live.ports.Runtime` on Kubernetes (application mode, one cluster per app)."""
+    """`reconciler.live.ports.StandbyRuntime` on Kubernetes: one cluster per app, in application mode, and a warm
+    standby beside it as a session cluster of its own generation (see the warm standby section below)."""
 
     name = "kubernetes"
 
@@ -397,6 +447,7 @@ class KubernetesRuntime:
         self.revision = revision  # stamped on objects; the Runtime protocol does not pass it (yet)
         self.poll_interval = poll_interval
         self._ns_of: dict[str, str] = {}
+        self._live_gen: dict[str, str] = {}  # the live cluster generation per app, as last read from its root
         self._http: httpx.Client | None = None
         self._http_token: str | None = None
 
@@ -420,22 +471,33 @@ class KubernetesRuntime:
                 deps = self.kube.list("Deployment", ns, selector)
                 stss = self.kube.list("StatefulSet", ns, selector)
                 pods = self.kube.list("Pod", ns, selector)
+                clusters: dict[str, dict[str, _Cluster]] = {}
                 for obj in roots + deps + stss + pods:
                     app = _label(obj, r.LABEL_INSTANCE)
                     if not app:
                         continue
                     v = views.setdefault(app, _AppView(namespace=ns))
-                    comp = _label(obj, r.LABEL_COMPONENT)
                     if obj["kind"] == "ConfigMap":
                         v.root = obj
-                    elif obj["kind"] == "Pod":
-                        v.pods.append(obj)
+                        continue
+                    c = clusters.setdefault(app, {}).setdefault(_label(obj, r.LABEL_GENERATION) or "", _Cluster())
+                    comp = (_label(obj, r.LABEL_COMPONENT) or "").removeprefix("session-")
+                    if obj["kind"] == "Pod":
+                        c.pods.append(obj)
                     elif comp == "jobmanager":
-                        v.jobmanager = obj
+                        c.jobmanager = obj
                     elif comp == "taskmanager":
-                        v.taskmanager = obj
+                        c.taskmanager = obj
+                for app, by_gen in clusters.items():
+                    v = views[app]
+                    v.live_generation = Pointers.of(v.root).live
+                    live = by_gen.pop(v.live_generation, _Cluster())
+                    v.jobmanager, v.taskmanager, v.pods = live.jobmanager, live.taskmanager, live.pods
+                    v.others = by_gen
         except (KubernetesApiError, KubernetesUnavailableError) as e:
             raise ObserveError(f"cannot observe Kubernetes apps: {e}") from e
+        for app, v in views.items():
+            self._live_gen[app] = Pointers.of(v.root).live
         return views
 
     def _events(self, namespace: str) -> list[Obj]:
@@ -447,6 +509,17 @@ class KubernetesRuntime:
         return evs
 
     def _info(self, app: str, v: _AppView, events: list[Obj] | None) -> ClusterInfo:
+        info = self._live_info(app, v, events)
+        ptr = Pointers.of(v.root)
+        # Any cluster beside the live one that is not the retired one is a standby (or what is left of one).
+        standby = ptr.standby if ptr.standby and ptr.standby != v.live_generation else None
+        standby = standby or next((g for g in sorted(v.others) if g and g != ptr.retired), None)
+        retired = ptr.retired is not None and ptr.retired != v.live_generation
+        if standby or retired:
+            info = dataclasses.replace(info, standby_generation=standby, retired_cluster=retired)
+        return info
+
+    def _live_info(self, app: str, v: _AppView, events: list[Obj] | None) -> ClusterInfo:
         self._ns_of[app] = v.namespace
         spec_hash = None
         for o in (v.jobmanager, v.root):
@@ -536,11 +609,12 @@ class KubernetesRuntime:
     # ---- apply / prune / drift ----
     def render(self, app: FlinkApp, *, job_id: str | None = None, restore_path: str | None = None,
                allow_non_restored_state: bool = False, root_uid: str | None = None,
-               taskmanagers_for: str | r.Generation | None = r.Generation.OF_THE_JOB) -> list[Obj]:
+               taskmanagers_for: str | r.Generation | None = r.Generation.OF_THE_JOB,
+               generation: str = "") -> list[Obj]:
         revision = app.metadata.annotations.get(r.ANNOTATION_REVISION, self.revision)
         return r.render_app(app, revision=revision, job_id=job_id, restore_path=restore_path,
                             allow_non_restored_state=allow_non_restored_state, root_uid=root_uid,
-                            taskmanagers_for=taskmanagers_for)
+                            taskmanagers_for=taskmanagers_for, generation=generation)
 
     def apply(self, objs: list[Obj]) -> list[Obj]:
         """Apply the root first, then the rest owned by it. Conflicts are reported with the other managers."""
@@ -556,8 +630,10 @@ class KubernetesRuntime:
                 "someone changed them outside Git: revert that change, or run with force_conflicts",
                 e.code, e.reason, e.api_message, e.causes) from e
 
-    def prune(self, app: FlinkApp, keep: list[Obj], *, spare: tuple[tuple[str, str], ...] = ()) -> list[str]:
-        """Delete this app's objects that `keep` no longer has (label and name checked), except `spare`."""
+    def prune(self, app: FlinkApp, keep: list[Obj], *, spare: tuple[tuple[str, str], ...] = (),
+              generation: str = "") -> list[str]:
+        """Delete this app's objects of cluster `generation` (and shared ones, for the first cluster) that `keep`
+        no longer has (label and name checked), except `spare`. Another generation's cluster is never touched."""
         ns = app.metadata.namespace
         wanted = {(o["kind"], o["metadata"]["name"]) for o in keep} | set(spare)
         deleted = []
@@ -565,6 +641,8 @@ class KubernetesRuntime:
             for obj in self.kube.list(kind, ns, r.app_selector(app.name)):
                 name = obj["metadata"]["name"]
                 if (kind, name) in wanted or _label(obj, r.LABEL_INSTANCE) != app.name:
+                    continue
+                if (_label(obj, r.LABEL_GENERATION) or "") != generation:
                     continue
                 if not name.startswith(app.name + "-"):
                     continue
@@ -607,7 +685,10 @@ class KubernetesRuntime:
         are the TaskManagers of a cluster that has none yet (they are started for the job, see k8s_render).
         Live TaskManagers are kept in step (scale, config) within their own generation."""
         views = self._views((app.metadata.namespace,), r.app_selector(app.name))
-        live_tm = (views.get(app.name) or _AppView(namespace=app.metadata.namespace)).taskmanager
+        view = views.get(app.name) or _AppView(namespace=app.metadata.namespace)
+        if view.live_generation:
+            return self._ensure_session(app, view.live_generation, deadline=deadline)
+        live_tm = view.taskmanager
         objs = self._render_or_fail(app, taskmanagers_for=taskmanager_generation(live_tm))
         names = r.object_names(app.name)
         jm = ("Deployment", names["jobmanager"])
@@ -629,9 +710,15 @@ class KubernetesRuntime:
 
     def start_job(self, app: FlinkApp, *, job_id: str, jar: Path | None, restore_path: str | None,
                   allow_non_restored_state: bool, deadline: float) -> str:
-        """`jar` is ignored: on Kubernetes the jar comes from the image (local://) or an init container."""
+        """`jar` is ignored: on Kubernetes the jar comes from the image (local://) or an init container. On a
+        session cluster (a promoted warm standby) the job is submitted over REST from the jar staged there."""
         del jar
         start = self.clock.monotonic()
+        view = self._views((app.metadata.namespace,), r.app_selector(app.name)).get(app.name)
+        if view is not None and view.live_generation:
+            self._ensure_session(app, view.live_generation, deadline=deadline, start=start)
+            return self._submit(app, job_id=job_id, restore_path=restore_path,
+                                allow_non_restored_state=allow_non_restored_state, deadline=deadline, start=start)
         objs = self._render_or_fail(app, job_id=job_id, restore_path=restore_path,
                                     allow_non_restored_state=allow_non_restored_state)
         if app.spec.high_availability.enabled:
@@ -704,6 +791,214 @@ class KubernetesRuntime:
         The finished job's savepoint and its retained checkpoint still come from Flink's REST API."""
         return []
 
+    # ---- warm standby (reconciler.live.ports.StandbyRuntime) ----
+    # A standby is a session cluster of its own generation (objects `<app>-g<generation>-*`, labelled with it),
+    # started beside the live cluster; the job is submitted to it over REST once it is promoted. The root's
+    # annotations point at the live, standby and retired generations: a promotion or a discard is one write of
+    # those pointers (server-side apply by a field manager of their own), so a crash leaves either the old or the
+    # new state, and observe always finds the live cluster.
+    def start_standby(self, app: FlinkApp, *, generation: str, deadline: float, jar: Path | None = None
+                      ) -> ClusterInfo:
+        """Start (or find) session cluster `generation` beside the live one and wait until every TaskManager's
+        slots are registered. A standby of another generation is deleted first. `jar` is not needed: the
+        stage-jar init container copies the image's (or the fetched) jar into the JobManager's upload dir."""
+        del jar
+        start = self.clock.monotonic()
+        ns = app.metadata.namespace
+        view = self._views((ns,), r.app_selector(app.name)).get(app.name)
+        if view is None or view.root is None:
+            raise PermanentStepError(f"{app.name}: no live cluster to start a standby beside")
+        ptr = Pointers.of(view.root)
+        if ptr.live == generation:  # promoted already (a resumed step)
+            return self._wait_session(app, generation, deadline=deadline, start=start)
+        for other in sorted({g for g in view.others if g and g not in (generation, ptr.retired)}
+                            | ({ptr.standby} if ptr.standby and ptr.standby != generation else set())):
+            self._delete_generation(app.name, ns, other, deadline=deadline, start=start)
+        # The pointer first: a crash after it leaves a standby that observe reports, and the plan removes.
+        self._set_pointers(app.name, view.root, dataclasses.replace(ptr, standby=generation))
+        objs = [o for o in self._render_or_fail(app, generation=generation)
+                if (o["metadata"].get("labels") or {}).get(r.LABEL_GENERATION) == generation]
+        uid = view.root["metadata"]["uid"]
+        for o in r.with_owner(objs, root_name=r.object_names(app.name)["root"], root_uid=uid):
+            self.kube.apply(o, force=self.force_conflicts)
+        self.prune(app, objs, generation=generation)
+        return self._wait_session(app, generation, deadline=deadline, start=start)
+
+    def promote_standby(self, app: str, *, generation: str, deadline: float) -> None:
+        """Standby `generation` becomes the live cluster, the live one is retired (kept for a rollback): one
+        write of the root's pointers. A retired cluster older than that goes first (never three clusters)."""
+        start = self.clock.monotonic()
+        ns, view = self._view_of(app)
+        if view is None or view.root is None:
+            raise PermanentStepError(f"{app}: no cluster; nothing to promote")
+        ptr = Pointers.of(view.root)
+        if ptr.live == generation:
+            return
+        if ptr.standby != generation and generation not in view.others:
+            raise PermanentStepError(f"{app}: standby cluster {generation} is gone; nothing to promote")
+        if ptr.retired is not None and ptr.retired != ptr.live:
+            self._delete_generation(app, ns, ptr.retired, deadline=deadline, start=start)
+        self._set_pointers(app, view.root, Pointers(live=generation, standby=None, retired=ptr.live))
+        self._live_gen[app] = generation
+
+    def discard_standby(self, app: str, *, generation: str, deadline: float) -> None:
+        """Undo a warm standby: when `generation` is live, the retired cluster is live again; then cluster
+        `generation` is deleted (its pods gone, its HA ConfigMaps too). No such cluster: nothing to do."""
+        start = self.clock.monotonic()
+        ns, view = self._view_of(app)
+        if view is None or view.root is None:
+            return
+        ptr = Pointers.of(view.root)
+        if ptr.live == generation:
+            if ptr.retired is None:
+                raise PermanentStepError(f"{app}: cluster {generation} is live and the old cluster is gone: "
+                                         "nothing to go back to")
+            ptr = Pointers(live=ptr.retired, standby=generation, retired=None)
+            self._set_pointers(app, view.root, ptr)  # still findable while the old one is live again
+            self._live_gen[app] = ptr.live
+            view.root = self.kube.get("ConfigMap", ns, r.object_names(app)["root"]) or view.root
+        self._delete_generation(app, ns, generation, deadline=deadline, start=start)
+        if ptr.standby == generation:
+            self._set_pointers(app, view.root, dataclasses.replace(ptr, standby=None))
+
+    def delete_retired(self, app: str, *, deadline: float) -> None:
+        """Delete the retired cluster, if there is one, then forget it."""
+        start = self.clock.monotonic()
+        ns, view = self._view_of(app)
+        if view is None or view.root is None:
+            return
+        ptr = Pointers.of(view.root)
+        if ptr.retired is None:
+            return
+        if ptr.retired != ptr.live:
+            self._delete_generation(app, ns, ptr.retired, deadline=deadline, start=start)
+        self._set_pointers(app, view.root, dataclasses.replace(ptr, retired=None))
+
+    def _view_of(self, app: str) -> tuple[str, _AppView | None]:
+        ns = self._namespace(app)
+        views = self._views((ns,) if ns else self.namespaces, r.app_selector(app))
+        v = views.get(app)
+        return (v.namespace if v else ns or self.namespaces[0]), v
+
+    def _set_pointers(self, app: str, root: Obj, ptr: Pointers) -> None:
+        """One server-side apply of the root's three pointer annotations, by their own field manager (the root's
+        other fields stay ours under the main manager, which never sets these). The uid precondition keeps a
+        write from recreating a root deleted meanwhile."""
+        meta = root["metadata"]
+        body: Obj = {"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"],
+                                  "annotations": ptr.annotations()}}
+        self.kube.apply(body, force=True, manager=r.GENERATION_FIELD_MANAGER)
+        log.info("%s: clusters: live %s, standby %s, retired %s", app, ptr.live or r.BASE, ptr.standby or "-",
+                 "-" if ptr.retired is None else ptr.retired or r.BASE)
+
+    def _delete_generation(self, app: str, ns: str, generation: str, *, deadline: float, start: float) -> None:
+        """Delete the cluster `generation` of `app` ("": the first one, by its names) and wait until its pods are
+        gone; then Flink's HA ConfigMaps of its identities. The root, the RBAC and other generations stay."""
+        if generation:
+            selector = f"{r.app_selector(app)},{r.LABEL_GENERATION}={generation}"
+            for kind in ("Deployment", "StatefulSet", "Service", "ConfigMap"):
+                for o in self.kube.list(kind, ns, selector):
+                    self.kube.delete(kind, ns, o["metadata"]["name"])
+        else:
+            selector = f"{r.app_selector(app)},!{r.LABEL_GENERATION}"
+            names = r.object_names(app)
+            for kind, key in (("Deployment", "jobmanager"), ("Deployment", "taskmanager"),
+                              ("StatefulSet", "taskmanager"), ("Service", "jobmanager"), ("Service", "rest"),
+                              ("Service", "taskmanager"), ("ConfigMap", "config")):
+                self.kube.delete(kind, ns, names[key])
+        pod_selector = f"{selector},{r.LABEL_COMPONENT}"  # pods of workloads, not the root or config
+        while pods := [p["metadata"]["name"] for p in self.kube.list("Pod", ns, pod_selector)]:
+            now = self.clock.monotonic()
+            if now >= deadline:
+                raise DeadlineExceededError(f"{app}: cluster {generation or r.BASE} not deleted after "
+                                            f"{now - start:.0f}s; still present: {', '.join(sorted(pods))}")
+            self.clock.sleep(min(self.poll_interval, max(0.0, deadline - now)))
+        if generation:
+            cid = r.ha_cluster_id(app, None, generation)
+            self._delete_ha_configmaps(app, ns, which=lambda c: c == cid)
+        else:
+            self._delete_ha_configmaps(app, ns, which=lambda c: not is_session_suffix(c.rpartition(".")[2]))
+
+    def _ensure_session(self, app: FlinkApp, generation: str, *, deadline: float,
+                        start: float | None = None) -> ClusterInfo:
+        """Apply session cluster `generation` as `app` says (a changed config rolls its pods) and wait until it
+        is ready. The root is applied too: it records the spec the live cluster runs."""
+        objs = self._render_or_fail(app, generation=generation)
+        self.apply(objs)
+        self._ns_of[app.name] = app.metadata.namespace
+        self.prune(app, objs, generation=generation)
+        return self._wait_session(app, generation, deadline=deadline, start=start)
+
+    def _wait_session(self, app: FlinkApp, generation: str, *, deadline: float,
+                      start: float | None = None) -> ClusterInfo:
+        """Until session cluster `generation` is ready: its JobManager and TaskManagers available, and every
+        TaskManager's slots registered with the JobManager (so a job submitted now is deployed at once). A pod
+        of it whose container ended with an error fails at once, with Kubernetes' account of it."""
+        start = self.clock.monotonic() if start is None else start
+        ns = app.metadata.namespace
+        want_tms, slots = app.spec.task_manager.replicas, app.spec.task_manager.slots
+        why = "not started"
+        while True:
+            view = self._views((ns,), r.app_selector(app.name)).get(app.name) or _AppView(namespace=ns)
+            c = _Cluster(view.jobmanager, view.taskmanager, view.pods) if view.live_generation == generation \
+                else view.others.get(generation, _Cluster())
+            for pod in c.pods:
+                fail = generation_failure(pod)
+                if fail is None and (prob := pod_problem(pod)) and prob[1].startswith(NEVER_HEALS):
+                    fail = prob[1]  # e.g. Flink's memory check refused the config before the JVM started
+                if fail is not None and not pod["metadata"].get("deletionTimestamp"):
+                    comp = "JobManager" if "jobmanager" in (_label(pod, r.LABEL_COMPONENT) or "") else "TaskManager"
+                    raise PermanentStepError(
+                        f"{app.name}: the {comp} of cluster {generation} failed to start after "
+                        f"{self.clock.monotonic() - start:.0f}s: pod {pod['metadata'].get('name')}: {fail}")
+            ready = [(w, workload_ready(w)) for w in (c.jobmanager, c.taskmanager) if w is not None]
+            if len(ready) < 2:
+                why = "workloads not created yet"
+            elif not all(ok for _, (ok, _) in ready):
+                why = "; ".join(f"{w['metadata']['name']}: {m or 'not available'}" for w, (ok, m) in ready if not ok)
+            else:
+                from reconciler.live.flink import FlinkRestClient  # lazy, as in flink()
+                base = self._rest_url(app.name, ns, generation)
+                client = FlinkRestClient(base, client=self._proxy_client()) if self.rest_via == "proxy" \
+                    else FlinkRestClient(base)
+                try:
+                    ov = client.overview()
+                    if ov.taskmanagers >= want_tms and ov.slots_total >= want_tms * slots:
+                        return ClusterInfo(app=app.name, phase=ClusterPhase.READY, rest_url=base)
+                    why = f"{ov.taskmanagers} of {want_tms} TaskManagers registered"
+                except (TransientStepError, ObserveError) as e:
+                    why = f"REST API not answering: {e}"
+            now = self.clock.monotonic()
+            if now >= deadline:
+                raise DeadlineExceededError(
+                    f"{app.name}: cluster {generation} not ready after {now - start:.0f}s: {why}")
+            self.clock.sleep(min(self.poll_interval, max(0.0, deadline - now)))
+
+    def _submit(self, app: FlinkApp, *, job_id: str, restore_path: str | None, allow_non_restored_state: bool,
+                deadline: float, start: float) -> str:
+        """Submit the job to the live session cluster over REST (or find it submitted: the id is deterministic,
+        and run_jar reads Flink's duplicate-job error)."""
+        api = self.flink(app.name)
+        job = app.spec.job
+        last: Exception | None = None
+        while True:
+            try:
+                try:
+                    api.job(job_id)
+                    return job_id
+                except JobNotFoundError:
+                    pass
+                return api.run_jar(r.STAGED_JAR, job_id=job_id, entry_class=job.entry_class, args=job.args,
+                                   parallelism=job.parallelism, savepoint_path=restore_path,
+                                   allow_non_restored_state=allow_non_restored_state)
+            except (TransientStepError, ObserveError) as e:
+                last = e
+            if self.clock.monotonic() >= deadline:
+                raise DeadlineExceededError(f"job {job_id} of {app.name} not submitted after "
+                                            f"{self.clock.monotonic() - start:.0f}s: {last}")
+            self.clock.sleep(min(self.poll_interval, max(0.0, deadline - self.clock.monotonic())))
+
     # ---- Flink's HA data ----
     def _forget_other_jobs(self, app: FlinkApp, job_id: str, *, deadline: float, start: float) -> None:
         """Before a JobManager for a new job id starts: remove the old JobManager, then Flink's HA ConfigMaps.
@@ -731,9 +1026,12 @@ class KubernetesRuntime:
                     f"{app.name}: the old JobManager did not go away after {now - start:.0f}s "
                     f"(still present: {', '.join(sorted(pods))}); its HA data is kept and no new job was started")
             self.clock.sleep(min(self.poll_interval, max(0.0, deadline - now)))
-        self._delete_ha_configmaps(app.name, ns, keep=r.ha_cluster_id(app.name, job_id))
+        keep = r.ha_cluster_id(app.name, job_id)
+        # A warm standby's session cluster keeps its own HA data (it has its own identity).
+        self._delete_ha_configmaps(app.name, ns,
+                                   which=lambda c: c != keep and not is_session_suffix(c.rpartition(".")[2]))
 
-    def _delete_ha_configmaps(self, app: str, ns: str, *, keep: str | None = None) -> list[str]:
+    def _delete_ha_configmaps(self, app: str, ns: str, *, which: Callable[[str], bool] = lambda c: True) -> list[str]:
         """Flink's Kubernetes HA ConfigMaps of every HA identity of `app` but `keep`: leader, job graphs,
         checkpoint pointers. Flink labels them itself (KubernetesUtils.getConfigMapLabels); they are not owned
         by our root. Each generation has its own identity, so this is housekeeping, not what keeps a new job
@@ -741,7 +1039,7 @@ class KubernetesRuntime:
         deleted = []
         for cm in self.kube.list("ConfigMap", ns, HA_CONFIGMAP_SELECTOR):
             cid = ha_configmap_cluster_id(app, cm)
-            if cid is None or cid == keep:
+            if cid is None or not which(cid):
                 continue
             if self.kube.delete("ConfigMap", ns, cm["metadata"]["name"]):
                 deleted.append(cm["metadata"]["name"])
@@ -750,11 +1048,14 @@ class KubernetesRuntime:
         return deleted
 
     # ---- helpers ----
-    def _rest_url(self, app: str, ns: str) -> str:
+    def _rest_url(self, app: str, ns: str, generation: str | None = None) -> str:
+        """The REST address of cluster `generation` of `app` (default: the live one)."""
+        gen = self._live_gen.get(app, "") if generation is None else generation
+        name = r.object_names(app, gen)["rest"]
         if self.rest_via == "proxy":
-            svc = urllib.parse.quote(f"{app}-rest:{r.REST_PORT}")
+            svc = urllib.parse.quote(f"{name}:{r.REST_PORT}")
             return f"{self.kube.host}/api/v1/namespaces/{ns}/services/{svc}/proxy"
-        return r.rest_service_url(app, ns)
+        return f"http://{name}.{ns}.svc:{r.REST_PORT}"
 
     def _proxy_client(self) -> httpx.Client:
         """An httpx client with the API server's credentials (token, client cert, CA) from the loaded config.

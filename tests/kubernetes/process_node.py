@@ -696,7 +696,9 @@ class ProcessNode:
         if argv[0] == "standalone-job":
             return [*cmd, JM_APPLICATION, *conf, *dynamic, *own, *argv[1:]]
         if argv[0] == "jobmanager":
-            return [*cmd, JM_SESSION, *conf, "--executionMode", "cluster", *dynamic, *own, *argv[1:]]
+            # No `--executionMode cluster` (Flink 1.x's jobmanager.sh): Flink 2's entry point parser does not know
+            # it and stops there, so every -D after it (the memory flags, the bind hosts) was ignored.
+            return [*cmd, JM_SESSION, *conf, *dynamic, *own, *argv[1:]]
         return [*cmd, TM_ENTRY, *conf, *dynamic, *own, *argv[1:]]
 
     def _kill(self, run: PodRun, *, grace: float) -> None:

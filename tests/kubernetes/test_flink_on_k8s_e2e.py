@@ -85,14 +85,15 @@ class NoHaRuleRuntime(KubernetesRuntime):
 
     def render(self, app: FlinkApp, *, job_id: str | None = None, restore_path: str | None = None,
                allow_non_restored_state: bool = False, root_uid: str | None = None,
-               taskmanagers_for: str | r.Generation | None = r.Generation.OF_THE_JOB) -> list[Obj]:
+               taskmanagers_for: str | r.Generation | None = r.Generation.OF_THE_JOB,
+               generation: str = "") -> list[Obj]:
         problems = [p for p in kubernetes_spec_problems(app) if p.field != "spec.highAvailability.enabled"]
         if problems:
             raise RenderError(problems[0].message, app=app.name, field=problems[0].field)
         revision = app.metadata.annotations.get(r.ANNOTATION_REVISION, self.revision)
         return r._render(app, revision=revision, job_id=job_id, restore_path=restore_path,
                          allow_non_restored_state=allow_non_restored_state, root_uid=root_uid,
-                         taskmanagers_for=taskmanagers_for)
+                         taskmanagers_for=taskmanagers_for, generation=generation)
 
 
 class PreGenerationRuntime(KubernetesRuntime):
@@ -103,10 +104,11 @@ class PreGenerationRuntime(KubernetesRuntime):
 
     def render(self, app: FlinkApp, *, job_id: str | None = None, restore_path: str | None = None,
                allow_non_restored_state: bool = False, root_uid: str | None = None,
-               taskmanagers_for: str | r.Generation | None = r.Generation.OF_THE_JOB) -> list[Obj]:
+               taskmanagers_for: str | r.Generation | None = r.Generation.OF_THE_JOB,
+               generation: str = "") -> list[Obj]:
         objs = super().render(app, job_id=job_id, restore_path=restore_path,
                               allow_non_restored_state=allow_non_restored_state, root_uid=root_uid,
-                              taskmanagers_for=taskmanagers_for)
+                              taskmanagers_for=taskmanagers_for, generation=generation)
         for o in objs:
             if o["kind"] not in ("Deployment", "StatefulSet"):
                 continue

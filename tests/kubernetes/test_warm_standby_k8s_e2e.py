@@ -1,0 +1,268 @@
+"""Issue 11 item 1 on the Kubernetes runtime, end to end with real Flink on the process node: a TaskManager
+memory change moves the job to a warm standby (a session cluster of its own generation, started beside the
+running job), the real planner, Executor, journal and KubernetesRuntime against the stand-in API server.
+
+One app for the module (tests run in order, each commits the next revision):
+- create: the first cluster, application mode;
+- a TaskManager memory change: the plan is warm standby; the counts continue from the savepoint just taken
+  (Flink's `latest.restored`), the job runs on the standby's session JobManager (submitted over REST from
+  the jar the stage-jar init container put in its upload directory), and every object and pod of the old
+  cluster is gone;
+- a standby that cannot start (memory Flink refuses) fails before the stop: the old job keeps running and
+  the standby's objects are gone;
+- the reconciler killed with SIGKILL at "standby ready" and at "promoted": a new executor resumes from the
+  journal to exactly one job on exactly one cluster, restored from the savepoint.
+The app runs without HA through the e2e module's `NoHaRuleRuntime` (see test_flink_on_k8s_e2e).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s_client
+
+from reconciler.apply.journal import Journal
+from reconciler.clock import SystemClock
+from reconciler.core.observed import Outcome
+from reconciler.core.plan import Action, AppPlan, ClusterStrategy
+from reconciler.core.planner import Policy
+from reconciler.live import k8s_render as r
+from reconciler.live.kubernetes import Pointers
+from reconciler.spec.model import FlinkApp
+from tests.fixtures.flink import wait_until
+from tests.kubernetes.conftest import KUBECONFIG
+from tests.kubernetes.process_node import Image, ProcessNode, needs_root_reason
+from tests.kubernetes.standin import Standin
+from tests.kubernetes.test_flink_on_k8s_e2e import (
+    APP,
+    CHILD,
+    CLAIM,
+    IMAGE,
+    K8sWorld,
+    NoHaRuleRuntime,
+    api_env,
+    app_spec,
+)
+
+pytestmark = [pytest.mark.kubernetes, pytest.mark.flink, pytest.mark.slow]
+
+WARM = Policy(warm_standby=True)  # what the daemon sets for a StandbyRuntime
+Obj = dict[str, Any]
+
+
+def spec(ns: str, memory: str) -> FlinkApp:
+    d = app_spec(ns).canonical()
+    d["spec"]["taskManager"]["resources"]["memory"] = memory
+    return FlinkApp.model_validate(d)
+
+
+@pytest.fixture(scope="module")
+def world(_standin: Standin | None, flink_home: Path, counter_jar: Path,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sWorld]:
+    if _standin is None or KUBECONFIG:
+        pytest.skip("needs the stand-in: on a real API server the pods would need its service proxy to reach "
+                    "127.0.0.x (refused)")
+    if (why := needs_root_reason()) is not None:
+        pytest.skip(why)
+    tmp = tmp_path_factory.mktemp("k8s-ws")
+    usrlib = tmp / "image-usrlib"
+    usrlib.mkdir()
+    shutil.copy(counter_jar, usrlib / "counter.jar")
+    cfg = k8s_client.Configuration()
+    cfg.host = _standin.url
+    cfg.api_key["BearerToken"] = "Bearer stand-in-token"
+    api = k8s_client.ApiClient(cfg)
+    ns = f"fr-ws-{os.getpid()}"
+    _standin.set_auto_ready(False)
+    rt = NoHaRuleRuntime(api, clock=SystemClock(), namespaces=[ns], rest_via="proxy", poll_interval=0.3)
+    rt.kube.request("POST", f"/api/v1/namespaces/{ns}/persistentvolumeclaims", body={
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "5Gi"}}}})
+    node = ProcessNode(k8s_client.ApiClient(cfg), namespaces=[ns], workdir=tmp / "node", flink_home=flink_home,
+                       images={IMAGE: Image(flink=True, usrlib=usrlib)}, backoff_base_s=2.0,
+                       pod_env=api_env(_standin.url, ns))
+    with node, Journal(tmp / "state" / "journal.sqlite", SystemClock()) as journal:
+        try:
+            yield K8sWorld(api, ns, node, rt, journal, tmp / "state")
+        finally:
+            if node.errors:
+                print("process node errors:", *node.errors[-5:], sep="\n")
+            for name, text in node.all_logs():
+                if "Exception" in text or "ERROR" in text:
+                    print(f"--- {name} (tail)\n{text[-1500:]}")
+    _standin.set_auto_ready(True)
+
+
+def live_pods(w: K8sWorld) -> list[Obj]:
+    return [p for p in w.runtime.kube.list("Pod", w.ns, r.app_selector(APP))
+            if not p["metadata"].get("deletionTimestamp")]
+
+
+def generations(w: K8sWorld) -> dict[str, set[str]]:
+    """Every cluster generation of the app with objects ("" the first cluster) -> their kind/name."""
+    out: dict[str, set[str]] = {}
+    for kind in ("Deployment", "StatefulSet", "Service", "Pod"):
+        for o in w.runtime.kube.list(kind, w.ns, r.app_selector(APP)):
+            gen = (o["metadata"].get("labels") or {}).get(r.LABEL_GENERATION, "")
+            out.setdefault(gen, set()).add(f"{kind}/{o['metadata']['name']}")
+    return out
+
+
+def pointers(w: K8sWorld) -> Pointers:
+    return Pointers.of(w.runtime.kube.get("ConfigMap", w.ns, r.object_names(APP)["root"]))
+
+
+def jobs(w: K8sWorld) -> list[tuple[str, str]]:
+    """(job id, state) of every job on every JobManager of the app that is not finished."""
+    w.runtime.observe(APP)
+    out = []
+    for gen in generations(w):
+        try:
+            from reconciler.live.flink import FlinkRestClient
+            api = FlinkRestClient(w.runtime._rest_url(APP, w.ns, gen), client=w.runtime._proxy_client())
+            out += [(j.job_id, j.state) for j in api.jobs() if j.state not in ("FINISHED", "CANCELED")]
+        except Exception:  # a cluster without a ready JobManager has no jobs to count
+            continue
+    return sorted(out)
+
+
+def restored(w: K8sWorld, job_id: str) -> tuple[str, bool] | None:
+    w.runtime.observe(APP)
+    st = w.runtime.flink(APP).checkpoints(job_id)
+    return (st.restored_path, bool(st.restored_is_savepoint)) if st.restored_path else None
+
+
+def assert_one_job_on_one_cluster(w: K8sWorld, job_id: str, gen: str) -> None:
+    assert set(generations(w)) == {gen}, generations(w)
+    assert pointers(w) == Pointers(live=gen), pointers(w)
+    info = w.runtime.observe(APP)
+    assert info.standby_generation is None and not info.retired_cluster, info
+    assert jobs(w) == [(job_id, "RUNNING")]
+
+
+def test_create_runs_the_first_cluster(world: K8sWorld) -> None:
+    w = world
+    rev = w.next_revision()
+    ap = w.plan(rev, {APP: app_spec(w.ns)}, WARM)
+    assert ap.action is Action.CREATE, ap.reason
+    res = w.run(rev, ap)
+    assert res.outcome is Outcome.SUCCESS, res.message
+    w.growing_from({}, "the counts of the new job")
+    assert set(generations(w)) == {""}
+
+
+def test_a_taskmanager_memory_change_moves_the_job_to_a_warm_standby(world: K8sWorld) -> None:
+    w = world
+    rev = w.next_revision()
+    ap = w.plan(rev, {APP: spec(w.ns, "1344m")}, WARM)
+    assert ap.action is Action.UPGRADE and ap.cluster_strategy is ClusterStrategy.WARM_STANDBY, ap.reason
+    gen = ap.steps[0].generation  # type: ignore[union-attr]
+    before = w.counts()
+    res = w.run(rev, ap)
+    assert res.outcome is Outcome.SUCCESS, res.message
+    assert res.job_id is not None and res.savepoint is not None
+    assert wait_until(lambda: restored(w, res.job_id or ""), timeout=30, what="restore record") == (res.savepoint, True)
+    # The old cluster (application mode) is gone, objects and pods; the job runs on the session JobManager.
+    assert_one_job_on_one_cluster(w, res.job_id, gen)
+    assert w.runtime.kube.get("Deployment", w.ns, f"{APP}-jobmanager") is None
+    jm = w.runtime.kube.get("Deployment", w.ns, r.object_names(APP, gen)["jobmanager"])
+    assert jm is not None and jm["spec"]["template"]["spec"]["containers"][0]["args"][0] == "jobmanager"
+    timings = dict(res.step_timings)
+    downtime = sum(timings[s] for s in ("StopWithSavepoint", "PromoteStandby", "StartJob", "AwaitRunning"))
+    print(f"warm standby: standby start {timings['StartStandbyCluster']:.2f}s, downtime window {downtime:.2f}s")
+    # The cluster start is outside the downtime window: the standby was ready before the stop.
+    assert timings["StartStandbyCluster"] > downtime, timings
+    after = w.growing_from(before, "counts continuing on the standby")
+    assert all(after[k] > before[k] for k in before)
+
+
+def test_a_standby_that_cannot_start_leaves_the_old_job_running(world: K8sWorld) -> None:
+    w = world
+    job = w.journal.records().apps[APP].job_id
+    live = pointers(w).live
+    rev = w.next_revision()
+    ap = w.plan(rev, {APP: spec(w.ns, "300m")}, WARM)  # below Flink's fixed JVM overhead + metaspace
+    assert ap.cluster_strategy is ClusterStrategy.WARM_STANDBY, ap.reason
+    res = w.run(rev, ap)
+    assert res.outcome is Outcome.FAILURE and not res.rolled_back, res.message
+    assert res.failed_step is not None and "standby" in res.failed_step, res.failed_step
+    assert "failed to start" in (res.message or ""), res.message
+    assert job is not None
+    assert_one_job_on_one_cluster(w, job, live)
+    w.growing_from(w.counts(), "the old job still counting")
+
+
+def kill_at(w: K8sWorld, ap: AppPlan, rev: str, step: int) -> None:
+    """Run the plan in a child process (a reconciler) and SIGKILL it once step `step` is done."""
+    plan_file = w.state / "plan.json"
+    plan_file.write_text(json.dumps({"revision": rev, "plan": ap.model_dump(mode="json"), "ns": w.ns,
+                                     "host": w.runtime.kube.host, "journal": str(w.journal.path)}))
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(plan_file)], cwd=Path(__file__).parents[2],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        end = time.monotonic() + 90
+        while True:
+            w.journal.refresh()
+            f = w.journal.inflight(APP)
+            if f is not None and f.stage.value == "forward" and (f.step_index > step or (
+                    f.step_index == step and f.phase.value == "done")):
+                break
+            assert child.poll() is None, child.communicate()[0].decode(errors="replace")
+            assert time.monotonic() < end, "the moment never came"
+            time.sleep(0.005)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        out = child.communicate(timeout=10)[0].decode(errors="replace")
+    assert child.returncode == -signal.SIGKILL, out
+
+
+@pytest.mark.parametrize(("moment", "step", "memory"), [("standby-ready", 0, "1408m"), ("promoted", 2, "1472m")])
+def test_a_reconciler_killed_during_a_warm_standby_resumes_to_one_job_on_one_cluster(
+        world: K8sWorld, moment: str, step: int, memory: str) -> None:
+    w = world
+    rev = w.next_revision()
+    ap = w.plan(rev, {APP: spec(w.ns, memory)}, WARM)
+    assert ap.cluster_strategy is ClusterStrategy.WARM_STANDBY, ap.reason
+    gen = ap.steps[0].generation  # type: ignore[union-attr]
+    before = w.counts()
+    kill_at(w, ap, rev, step)
+    assert len([g for g in generations(w) if any(n.startswith("Pod/") for n in generations(w)[g])]) == 2, \
+        f"killed at {moment}: the standby (or the promoted one) beside the old cluster: {generations(w)}"
+    res = w.executor().resume(APP)
+    assert res is not None and res.outcome is Outcome.SUCCESS, res and res.message
+    assert res.job_id is not None and res.savepoint is not None
+    assert_one_job_on_one_cluster(w, res.job_id, gen)
+    assert restored(w, res.job_id) == (res.savepoint, True)
+    w.growing_from(before, f"counts continuing after the resume ({moment})")
+
+
+def test_an_args_only_upgrade_on_the_session_cluster_submits_the_new_job_to_the_same_jobmanager(
+        world: K8sWorld) -> None:
+    """After a warm standby the live cluster is a session cluster: a job-only change stops the job with a
+    savepoint and submits the new one over REST to the same JobManager (no pod restarts)."""
+    w = world
+    live = pointers(w).live
+    jm_pods = sorted(p["metadata"]["name"] for p in live_pods(w))
+    rev = w.next_revision()
+    d = spec(w.ns, "1472m").canonical()
+    d["spec"]["job"]["args"] = ["--output-dir", "/flink-data/out", "--keys", "4", "--rate", "130"]
+    ap = w.plan(rev, {APP: FlinkApp.model_validate(d)}, WARM)
+    assert ap.action is Action.UPGRADE and ap.cluster_strategy is ClusterStrategy.JOB_ONLY, ap.reason
+    before = w.counts()
+    res = w.run(rev, ap)
+    assert res.outcome is Outcome.SUCCESS, res.message
+    assert res.job_id is not None and res.savepoint is not None
+    assert_one_job_on_one_cluster(w, res.job_id, live)
+    assert restored(w, res.job_id) == (res.savepoint, True)
+    assert sorted(p["metadata"]["name"] for p in live_pods(w)) == jm_pods, "no pod was replaced"
+    w.growing_from(before, "counts continuing after the args-only upgrade")
