@@ -305,11 +305,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     base = src.resolve(args.base) if args.base else _parent_or_none(src, head)
     head_specs = load_at(src, head, args.path, policy=_spec_policy())
     base_specs = load_at(src, base, args.path, policy=SpecPolicy.PERMISSIVE) if base else LoadResult()
-    # A preview plans warm standby when the configured runtime can run one (the local runtime can).
+    # A preview plans warm standby when the configured runtime can run one (local and kubernetes can).
     from reconciler.settings import load_settings
 
     policy = Policy(prune=args.prune, allow_mass_delete=args.allow_mass_delete,
-                    warm_standby=load_settings({}).runtime == "local")
+                    warm_standby=load_settings({}).runtime in ("local", "kubernetes"))
     result = plan(offline_input(base_specs, head_specs, base_revision=base or "0" * 40, revision=head,
                                 now=SystemClock().now(), policy=policy))
     return _emit_plan(result, args)
