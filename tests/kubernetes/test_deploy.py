@@ -14,7 +14,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from reconciler.live.k8s_records import ConfigMapRecordStore
-from reconciler.live.kubernetes import KubernetesRuntime, LeaseElector
+from reconciler.live.kubernetes import KubernetesRuntime, LeaseElector, Pointers
 from reconciler.settings import load_settings
 from tests.kubernetes.apps import app
 from tests.kubernetes.conftest import Cluster
@@ -104,6 +104,18 @@ def _exercise_runtime(c: Cluster) -> None:
     rt.ensure_cluster(no_ha, deadline=c.clock.monotonic() + 60)  # prunes the HA RBAC
     rt.ensure_cluster(app("plain", c.namespace, job={"jarURI": "local:///j.jar", "state": "suspended"}),
                       deadline=c.clock.monotonic() + 60)
+    running = app("plain", c.namespace)
+    # Warm standby (start_standby's readiness wait needs Flink): a session cluster beside the live one, the root's
+    # pointers switched, the retired cluster and a discarded standby deleted with their HA ConfigMaps.
+    rt.apply(rt.render(running, generation="0a0a0a0a"))
+    root = c.kube.get("ConfigMap", c.namespace, "plain-root")
+    assert root is not None
+    rt._set_pointers("plain", root, Pointers(standby="0a0a0a0a"))
+    rt.promote_standby("plain", generation="0a0a0a0a", deadline=c.clock.monotonic() + 60)
+    rt.discard_standby("plain", generation="0a0a0a0a", deadline=c.clock.monotonic() + 60)
+    rt.apply(rt.render(running, generation="0b0b0b0b"))
+    rt.promote_standby("plain", generation="0b0b0b0b", deadline=c.clock.monotonic() + 60)
+    rt.delete_retired("plain", deadline=c.clock.monotonic() + 60)
     for name in ("plain", "ha", "stateful"):
         rt.delete_cluster(name, deadline=c.clock.monotonic() + 60)
     # The apps' records (one ConfigMap each): list per pass, create, compare-and-set update, re-read on a
