@@ -195,7 +195,7 @@ def test_a_standby_whose_taskmanager_cannot_start_fails_at_once(cluster: Cluster
             "name": r.MAIN_CONTAINER, "ready": False, "restartCount": 0, "state": {"waiting": {
                 "reason": "RunContainerError", "message": "memory configuration refused"}}}]}},
             manager="kubelet", status=True)
-        with pytest.raises(PermanentStepError, match="TaskManager of cluster .* failed to start.*RunContainerError"):
+        with pytest.raises(PermanentStepError, match=r"TaskManager of cluster .* failed to start.*RunContainerError"):
             rt.start_standby(a, generation=GEN, deadline=c.clock.monotonic() + 600)
     finally:
         standin_only.set_auto_ready(True)
