@@ -64,6 +64,7 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
     "Lease": ("/apis/coordination.k8s.io/v1", "leases"),
+    "ResourceQuota": ("/api/v1", "resourcequotas"),
 }
 # Kinds an app may own, in the order pruning deletes them (workloads first).
 PRUNABLE = ("Deployment", "StatefulSet", "Service", "ConfigMap", "RoleBinding", "Role", "ServiceAccount")
@@ -221,6 +222,62 @@ def ha_configmap_cluster_id(app: str, cm: Obj) -> str | None:
         if not dot or prefix != app or not (_hex(digits, r.HA_ID_DIGITS) or is_session_suffix(digits)):
             return None
     return cid if is_ha_configmap_name(cid, str((cm.get("metadata") or {}).get("name", ""))) else None
+
+
+_QUANTITY_SUFFIX = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+                    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
+
+
+def quantity(text: str | int | float) -> float:
+    """A Kubernetes quantity as a number ("500m" -> 0.5, "1408Mi" -> bytes, "2" -> 2)."""
+    t = str(text).strip()
+    for suffix in sorted(_QUANTITY_SUFFIX, key=len, reverse=True):
+        if t.endswith(suffix):
+            return float(t[: -len(suffix)]) * _QUANTITY_SUFFIX[suffix]
+    return float(t)
+
+
+def pod_requests(objs: list[Obj]) -> dict[str, float]:
+    """What the workloads in `objs` ask a ResourceQuota for, all replicas together: pods, requests and limits of
+    cpu and memory (a pod counts its containers' sum, or its largest init container when that is more)."""
+    total: dict[str, float] = {}
+    for o in objs:
+        if o["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        spec = o["spec"]["template"]["spec"]
+        replicas = int(o["spec"].get("replicas", 1))
+        pod: dict[str, float] = {"pods": 1.0}
+        for kind in ("requests", "limits"):
+            for res in ("cpu", "memory"):
+                main = sum(quantity(((c.get("resources") or {}).get(kind) or {}).get(res, 0))
+                           for c in spec.get("containers") or [])
+                init = max((quantity(((c.get("resources") or {}).get(kind) or {}).get(res, 0))
+                            for c in spec.get("initContainers") or []), default=0.0)
+                pod[f"{kind}.{res}"] = max(main, init)
+        pod["cpu"], pod["memory"] = pod["requests.cpu"], pod["requests.memory"]  # the quota's short names
+        for k, v in pod.items():
+            total[k] = total.get(k, 0.0) + v * replicas
+    return total
+
+
+def quota_shortfall(quotas: list[Obj], need: dict[str, float]) -> str | None:
+    """Why `need` does not fit beside what the namespace's quotas count as used, or None when it fits."""
+    short = []
+    for q in quotas:
+        status = q.get("status") or {}
+        hard = status.get("hard") or (q.get("spec") or {}).get("hard") or {}
+        used = status.get("used") or {}
+        for key, limit in sorted(hard.items()):
+            if key in need and quantity(used.get(key, 0)) + need[key] > quantity(limit) + 1e-9:
+                short.append(f"ResourceQuota {q['metadata']['name']}: {key} used {used.get(key, 0)} of {limit}, "
+                             f"a second cluster needs {_fmt(key, need[key])} more")
+    return "; ".join(short) or None
+
+
+def _fmt(key: str, value: float) -> str:
+    if "memory" in key:
+        return f"{value / 2**20:.0f}Mi"
+    return f"{value:g}"
 
 
 def is_session_suffix(text: str) -> bool:
@@ -811,18 +868,27 @@ class KubernetesRuntime:
         ptr = Pointers.of(view.root)
         if ptr.live == generation:  # promoted already (a resumed step)
             return self._wait_session(app, generation, deadline=deadline, start=start)
+        objs = [o for o in self._render_or_fail(app, generation=generation)
+                if (o["metadata"].get("labels") or {}).get(r.LABEL_GENERATION) == generation]
+        if ptr.standby != generation and (short := self._quota_shortfall(ns, objs)):
+            # Checked before anything is created: Kubernetes would refuse the pods and the standby would wait
+            # for its deadline. (A standby of this generation already exists: it was counted when it started.)
+            raise PermanentStepError(
+                f"{app.name}: the namespace quota does not fit a standby cluster beside the running one ({short}); "
+                "raise the quota, or set spec.upgrade.clusterStrategy: cold to restart the cluster in place")
         for other in sorted({g for g in view.others if g and g not in (generation, ptr.retired)}
                             | ({ptr.standby} if ptr.standby and ptr.standby != generation else set())):
             self._delete_generation(app.name, ns, other, deadline=deadline, start=start)
         # The pointer first: a crash after it leaves a standby that observe reports, and the plan removes.
         self._set_pointers(app.name, view.root, dataclasses.replace(ptr, standby=generation))
-        objs = [o for o in self._render_or_fail(app, generation=generation)
-                if (o["metadata"].get("labels") or {}).get(r.LABEL_GENERATION) == generation]
         uid = view.root["metadata"]["uid"]
         for o in r.with_owner(objs, root_name=r.object_names(app.name)["root"], root_uid=uid):
             self.kube.apply(o, force=self.force_conflicts)
         self.prune(app, objs, generation=generation)
         return self._wait_session(app, generation, deadline=deadline, start=start)
+
+    def _quota_shortfall(self, ns: str, objs: list[Obj]) -> str | None:
+        return quota_shortfall(self.kube.list("ResourceQuota", ns, ""), pod_requests(objs))
 
     def promote_standby(self, app: str, *, generation: str, deadline: float) -> None:
         """Standby `generation` becomes the live cluster, the live one is retired (kept for a rollback): one

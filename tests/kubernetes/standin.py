@@ -72,6 +72,7 @@ KINDS: dict[tuple[str, str], tuple[str, bool, bool]] = {
     ("", "events"): ("Event", True, False),
     ("", "persistentvolumeclaims"): ("PersistentVolumeClaim", True, True),
     ("", "endpoints"): ("Endpoints", True, False),
+    ("", "resourcequotas"): ("ResourceQuota", True, True),
     ("apps", "deployments"): ("Deployment", True, True),
     ("apps", "statefulsets"): ("StatefulSet", True, True),
     ("rbac.authorization.k8s.io", "roles"): ("Role", True, False),

@@ -107,6 +107,7 @@ def _exercise_runtime(c: Cluster) -> None:
     running = app("plain", c.namespace)
     # Warm standby (start_standby's readiness wait needs Flink): a session cluster beside the live one, the root's
     # pointers switched, the retired cluster and a discarded standby deleted with their HA ConfigMaps.
+    rt._quota_shortfall(c.namespace, rt.render(running, generation="0a0a0a0a"))
     rt.apply(rt.render(running, generation="0a0a0a0a"))
     root = c.kube.get("ConfigMap", c.namespace, "plain-root")
     assert root is not None

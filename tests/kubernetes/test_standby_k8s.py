@@ -200,3 +200,28 @@ def test_a_standby_whose_taskmanager_cannot_start_fails_at_once(cluster: Cluster
     finally:
         standin_only.set_auto_ready(True)
     assert pointers(c).standby == GEN  # the abort's DiscardStandby removes it
+
+
+def test_a_standby_that_would_not_fit_the_namespace_quota_fails_before_anything_is_created(
+        cluster: Cluster, standin_only: Standin) -> None:
+    c = cluster
+    rt = rt_of(c)
+    a = app("counter", c.namespace)
+    rt.apply(rt.render(a, job_id="0" * 32))
+    # What the quota controller reports with the first cluster and something else running.
+    c.create({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "team"},
+              "spec": {"hard": {"requests.cpu": "4", "pods": "10"}}})
+    c.patch("ResourceQuota", "team", {"status": {"hard": {"requests.cpu": "4", "pods": "10"},
+                                                 "used": {"requests.cpu": "2500m", "pods": "2"}}},
+            manager="kube-controller-manager", status=True)
+    with pytest.raises(PermanentStepError, match=r"quota does not fit a standby.*requests\.cpu used 2500m of 4, "
+                                                 r"a second cluster needs 2 more.*clusterStrategy: cold"):
+        rt.start_standby(a, generation=GEN, deadline=c.clock.monotonic() + 60)
+    assert gens(c) == {""} and pointers(c) == Pointers(live="")
+    assert kubernetes_requests(rt, a) == {"pods": 2.0, "requests.cpu": 2.0}
+
+
+def kubernetes_requests(rt: KubernetesRuntime, a: Any) -> dict[str, float]:
+    from reconciler.live.kubernetes import pod_requests
+    need = pod_requests(rt.render(a, generation=GEN))
+    return {k: round(need[k], 3) for k in ("pods", "requests.cpu")}
