@@ -18,6 +18,16 @@ the executor's step timings: downtime = StopWithSavepoint + EnsureCluster + Star
 
     sudo .venv/bin/python bench/k8s_upgrade_downtime.py [--cycles 3] [--json out.json]
 
+`--standby` measures the kubernetes runtime alone, issue 11's comparison: an args-only upgrade, a TaskManager
+memory change by warm standby (a session cluster of the new spec started beside the running job, the job
+moved once it is ready) and the same change cold (`spec.upgrade.clusterStrategy: cold`), in turns. The first
+args-only upgrade runs on the first cluster (application mode: a new JobManager and TaskManagers per job);
+every later upgrade on a session cluster a warm standby left (the job is submitted over REST). Downtime of a
+warm standby = StopWithSavepoint + PromoteStandby + StartJob + AwaitRunning (its cluster start,
+StartStandbyCluster, runs while the old job still runs and is reported apart).
+
+    sudo .venv/bin/python bench/k8s_upgrade_downtime.py --standby [--cycles 3]
+
 Needs root (the process node's mount namespaces), Java 17, javac and apache-flink-libraries. Prints one
 JSON line per upgrade, then a JSON summary and a Markdown table of medians. Not a test.
 """
@@ -58,27 +68,29 @@ from tests.kubernetes.standin import Standin  # noqa: E402
 from tests.kubernetes.test_flink_on_k8s_e2e import APP, CLAIM, IMAGE, NoHaRuleRuntime, app_spec  # noqa: E402
 
 STEPS = ("StopWithSavepoint", "EnsureCluster", "StartJob", "AwaitRunning")
+STANDBY_STEPS = ("StopWithSavepoint", "EnsureCluster", "PromoteStandby", "StartJob", "AwaitRunning")
 
 
 class Driver:
     """One runtime, one app, one journal: create once, then upgrade on demand."""
 
     def __init__(self, name: str, runtime: Runtime, journal: Journal, spec: Callable[[int], FlinkApp],
-                 jar: Path | None) -> None:
+                 jar: Path | None, policy: Policy | None = None) -> None:
         self.name, self.runtime, self.journal, self.spec, self.jar = name, runtime, journal, spec, jar
+        self.policy = policy or Policy()
         self.rev = 0
 
-    def step(self, rate: int) -> AppResult:
+    def step(self, rate: int, desired: FlinkApp | None = None) -> AppResult:
         self.rev += 1
         revision = f"{self.rev:040x}"
-        desired = self.spec(rate)
+        desired = desired or self.spec(rate)
         records = self.journal.records()
         previous = {n: FlinkApp.model_validate(r.last_applied_spec) for n, r in records.apps.items()
                     if r.last_applied_spec}
         names = {desired.name} | set(previous)
         p = plan(PlanInput(revision=revision, desired=Desired(apps={desired.name: desired}), previous=previous,
                            previous_sources={}, live=observe(self.runtime, names), records=records,
-                           now=SystemClock().now(), policy=Policy()), only=[desired.name])
+                           now=SystemClock().now(), policy=self.policy), only=[desired.name])
         ap = p.apps[0]
         if ap.action not in (Action.CREATE, Action.UPGRADE):
             raise SystemExit(f"{self.name}: unexpected plan {ap.action}: {ap.reason}")
@@ -100,6 +112,79 @@ def k8s_spec(ns: str, rate: int, heartbeat_timeout: str | None) -> FlinkApp:
         conf.pop("heartbeat.interval", None)
         conf.pop("heartbeat.timeout", None)
     return FlinkApp.model_validate(doc)
+
+
+def with_memory(app: FlinkApp, memory: str, strategy: str) -> FlinkApp:
+    doc = app.model_dump(by_alias=True, mode="json")
+    doc["spec"]["taskManager"]["resources"]["memory"] = memory
+    doc["spec"].setdefault("upgrade", {})["clusterStrategy"] = strategy
+    return FlinkApp.model_validate(doc)
+
+
+def standby_row(kind: str, cycle: int, res: AppResult) -> dict[str, Any]:
+    t = dict(res.step_timings)
+    out: dict[str, Any] = {"upgrade": kind, "cycle": cycle,
+                           **{s: round(t.get(s, 0.0), 3) for s in STANDBY_STEPS},
+                           "StartStandbyCluster": round(t.get("StartStandbyCluster", 0.0), 3)}
+    out["downtime"] = round(sum(t.get(s, 0.0) for s in STANDBY_STEPS), 3)
+    return out
+
+
+def standby_markdown(rows: list[dict[str, Any]]) -> str:
+    cols = (*STANDBY_STEPS, "StartStandbyCluster")
+    lines = ["| upgrade | runs | downtime (median s) | " + " | ".join(cols) + " |",
+             "|---|---:|---:|" + "---:|" * len(cols)]
+    for kind in dict.fromkeys(r["upgrade"] for r in rows):
+        mine = [r for r in rows if r["upgrade"] == kind]
+        med = {k: statistics.median(r[k] for r in mine) for k in ("downtime", *cols)}
+        lines.append(f"| {kind} | {len(mine)} | {med['downtime']:.2f} | " + " | ".join(f"{med[c]:.2f}" for c in cols)
+                     + " |")
+    return "\n".join(lines)
+
+
+def run_standby(args: argparse.Namespace, tmp: Path, flink_home: Path, usrlib: Path) -> list[dict[str, Any]]:
+    """The kubernetes runtime alone: args-only vs TaskManager memory by warm standby vs cold, in turns."""
+    rows: list[dict[str, Any]] = []
+    with Standin() as standin, Journal(tmp / "k8s" / "journal.sqlite", SystemClock()) as kj:
+        standin.set_auto_ready(False)
+        cfg = k8s_client.Configuration()
+        cfg.host = standin.url
+        cfg.api_key["BearerToken"] = "Bearer stand-in-token"
+        ns = "bench"
+        rt = NoHaRuleRuntime(k8s_client.ApiClient(cfg), clock=SystemClock(), namespaces=[ns], rest_via="proxy",
+                             poll_interval=0.2)
+        rt.kube.request("POST", f"/api/v1/namespaces/{ns}/persistentvolumeclaims", body={
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
+        with ProcessNode(k8s_client.ApiClient(cfg), namespaces=[ns], workdir=tmp / "node", flink_home=flink_home,
+                         images={IMAGE: Image(flink=True, usrlib=usrlib)}, backoff_base_s=2.0):
+            d = Driver("kubernetes", rt, kj, lambda rate: k8s_spec(ns, rate, args.heartbeat_timeout), None,
+                       policy=Policy(warm_standby=True))
+            rate, memory = 100, 1280
+            try:
+                d.step(rate)  # create (not measured)
+
+                def upgrade(kind: str, cycle: int) -> None:
+                    nonlocal rate, memory
+                    if kind.startswith("args-only"):
+                        rate += 1
+                        desired = with_memory(d.spec(rate), f"{memory}m", "warmStandby")
+                    else:
+                        memory += 64
+                        desired = with_memory(d.spec(rate), f"{memory}m",
+                                              "cold" if kind.endswith("cold") else "warmStandby")
+                    r = standby_row(kind, cycle, d.step(rate, desired))
+                    rows.append(r)
+                    print(json.dumps(r), flush=True)
+
+                upgrade("args-only, first cluster (application mode)", 0)
+                for cycle in range(args.cycles):
+                    upgrade("TaskManager memory, warm standby", cycle)
+                    upgrade("args-only, session cluster", cycle)
+                    upgrade("TaskManager memory, cold", cycle)
+            finally:
+                rt.delete_cluster(APP, deadline=SystemClock().monotonic() + 90)
+    return rows
 
 
 def build_jar(out: Path, flink_home: Path) -> Path:
@@ -133,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cycles", type=int, default=3, help="upgrades per runtime (default 3)")
     ap.add_argument("--json", type=Path, help="also write the rows and the summary here")
     ap.add_argument("--heartbeat-timeout", help="e.g. '10 s' (interval 2 s); default: Flink's own (50 s)")
+    ap.add_argument("--standby", action="store_true",
+                    help="kubernetes only: args-only vs TaskManager memory by warm standby vs cold")
     args = ap.parse_args(argv)
     if (why := needs_root_reason()) is not None:
         raise SystemExit(why)
@@ -144,6 +231,13 @@ def main(argv: list[str] | None = None) -> int:
         usrlib = tmp / "usrlib"
         usrlib.mkdir()
         shutil.copy(jar, usrlib / "counter.jar")
+        if args.standby:
+            rows = run_standby(args, tmp, flink_home, usrlib)
+            print(json.dumps({"rows": rows}))
+            print(standby_markdown(rows))
+            if args.json:
+                args.json.write_text(json.dumps({"rows": rows}, indent=2))
+            return 0
         local_rt = LocalRuntime(tmp / "local", clock=SystemClock(), flink_home=flink_home)
 
         def local_spec(rate: int) -> FlinkApp:
