@@ -8,9 +8,10 @@ with an instruction.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Literal
 
 from reconciler.core.diff import diff, highest_class
@@ -79,6 +80,26 @@ class Desired:
     errors: tuple[SpecError, ...] = ()
     broken_files: frozenset[str] = frozenset()
 
+    @cached_property
+    def errors_by_app(self) -> Mapping[str, tuple[SpecError, ...]]:
+        """Indexed once: a scan of every error per app made a pass O(apps x errors) (22 s for 10,000 apps
+        beside 30,000 broken files)."""
+        return _group(self.errors, lambda e: e.app)
+
+    @cached_property
+    def errors_by_file(self) -> Mapping[str, tuple[SpecError, ...]]:
+        return _group(self.errors, lambda e: e.file)
+
+
+def _group(errors: tuple[SpecError, ...],
+           key: Callable[[SpecError], str | None]) -> Mapping[str, tuple[SpecError, ...]]:
+    out: dict[str, list[SpecError]] = {}
+    for e in errors:
+        k = key(e)
+        if k is not None:
+            out.setdefault(k, []).append(e)
+    return {k: tuple(v) for k, v in out.items()}
+
 
 @dataclass(frozen=True)
 class PlanInput:
@@ -125,8 +146,8 @@ def _source_broken(name: str, inp: PlanInput) -> bool:
     """The app's file is broken, or lies under a broken path (a folder of specs replaced by a symlink)."""
     src = inp.previous_sources.get(name) or inp.desired.sources.get(name)
     broken = inp.desired.broken_files
-    return (src is not None and (src in broken or any(src.startswith(b.rstrip("/") + "/") for b in broken))) or any(
-        e.app == name for e in inp.desired.errors
+    return (src is not None and (src in broken or any(src.startswith(b.rstrip("/") + "/") for b in broken))) or (
+        name in inp.desired.errors_by_app
     )
 
 
@@ -168,13 +189,13 @@ def _plan_app(name: str, inp: PlanInput, guard: str | None) -> AppPlan:
     desired = inp.desired.apps.get(name)
     previous = inp.previous.get(name)
     live = inp.live.get(name)
-    errors = [e for e in inp.desired.errors if e.app == name]
+    errors = inp.desired.errors_by_app.get(name, ())
     if errors or (desired is None and _source_broken(name, inp)):
         if errors:
             reason = "; ".join(str(e) for e in errors) + " (invalid spec: the app is left as it is)"
         else:
             src = inp.previous_sources.get(name)
-            in_file = [str(e) for e in inp.desired.errors if e.file == src]
+            in_file = [str(e) for e in inp.desired.errors_by_file.get(src or "", ())]
             reason = (f"{src} could not be read or no longer holds app {name}"
                       + (f" ({'; '.join(in_file[:2])})" if in_file else "")
                       + ": the app is left as it is until the file is fixed")
