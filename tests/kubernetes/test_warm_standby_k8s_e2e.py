@@ -37,7 +37,8 @@ from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action, AppPlan, ClusterStrategy
 from reconciler.core.planner import Policy
 from reconciler.live import k8s_render as r
-from reconciler.live.kubernetes import Pointers
+from reconciler.live.flink import FlinkRestClient
+from reconciler.live.kubernetes import HA_CONFIGMAP_SELECTOR, KubernetesRuntime, Pointers, ha_configmap_cluster_id
 from reconciler.spec.model import FlinkApp
 from tests.fixtures.flink import wait_until
 from tests.kubernetes.conftest import KUBECONFIG
@@ -47,11 +48,13 @@ from tests.kubernetes.test_flink_on_k8s_e2e import (
     APP,
     CHILD,
     CLAIM,
+    HA_APP,
     IMAGE,
     K8sWorld,
     NoHaRuleRuntime,
     api_env,
     app_spec,
+    ha_spec,
 )
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.flink, pytest.mark.slow]
@@ -60,8 +63,8 @@ WARM = Policy(warm_standby=True)  # what the daemon sets for a StandbyRuntime
 Obj = dict[str, Any]
 
 
-def spec(ns: str, memory: str) -> FlinkApp:
-    d = app_spec(ns).canonical()
+def spec(ns: str, memory: str, *, ha: bool = False) -> FlinkApp:
+    d = (ha_spec(ns) if ha else app_spec(ns)).canonical()
     d["spec"]["taskManager"]["resources"]["memory"] = memory
     return FlinkApp.model_validate(d)
 
@@ -104,32 +107,35 @@ def world(_standin: Standin | None, flink_home: Path, counter_jar: Path,
 
 
 def live_pods(w: K8sWorld) -> list[Obj]:
-    return [p for p in w.runtime.kube.list("Pod", w.ns, r.app_selector(APP))
+    return [p for p in w.runtime.kube.list("Pod", w.ns, r.app_selector(w.app))
             if not p["metadata"].get("deletionTimestamp")]
+
+
+def jobmanager_pods(w: K8sWorld) -> list[str]:
+    return [p["metadata"]["name"] for p in live_pods(w) if "jobmanager" in p["metadata"]["labels"][r.LABEL_COMPONENT]]
 
 
 def generations(w: K8sWorld) -> dict[str, set[str]]:
     """Every cluster generation of the app with objects ("" the first cluster) -> their kind/name."""
     out: dict[str, set[str]] = {}
     for kind in ("Deployment", "StatefulSet", "Service", "Pod"):
-        for o in w.runtime.kube.list(kind, w.ns, r.app_selector(APP)):
+        for o in w.runtime.kube.list(kind, w.ns, r.app_selector(w.app)):
             gen = (o["metadata"].get("labels") or {}).get(r.LABEL_GENERATION, "")
             out.setdefault(gen, set()).add(f"{kind}/{o['metadata']['name']}")
     return out
 
 
 def pointers(w: K8sWorld) -> Pointers:
-    return Pointers.of(w.runtime.kube.get("ConfigMap", w.ns, r.object_names(APP)["root"]))
+    return Pointers.of(w.runtime.kube.get("ConfigMap", w.ns, r.object_names(w.app)["root"]))
 
 
 def jobs(w: K8sWorld) -> list[tuple[str, str]]:
     """(job id, state) of every job on every JobManager of the app that is not finished."""
-    w.runtime.observe(APP)
+    w.runtime.observe(w.app)
     out = []
     for gen in generations(w):
         try:
-            from reconciler.live.flink import FlinkRestClient
-            api = FlinkRestClient(w.runtime._rest_url(APP, w.ns, gen), client=w.runtime._proxy_client())
+            api = FlinkRestClient(w.runtime._rest_url(w.app, w.ns, gen), client=w.runtime._proxy_client())
             out += [(j.job_id, j.state) for j in api.jobs() if j.state not in ("FINISHED", "CANCELED")]
         except Exception:  # a cluster without a ready JobManager has no jobs to count
             continue
@@ -137,15 +143,15 @@ def jobs(w: K8sWorld) -> list[tuple[str, str]]:
 
 
 def restored(w: K8sWorld, job_id: str) -> tuple[str, bool] | None:
-    w.runtime.observe(APP)
-    st = w.runtime.flink(APP).checkpoints(job_id)
+    w.runtime.observe(w.app)
+    st = w.runtime.flink(w.app).checkpoints(job_id)
     return (st.restored_path, bool(st.restored_is_savepoint)) if st.restored_path else None
 
 
 def assert_one_job_on_one_cluster(w: K8sWorld, job_id: str, gen: str) -> None:
     assert set(generations(w)) == {gen}, generations(w)
     assert pointers(w) == Pointers(live=gen), pointers(w)
-    info = w.runtime.observe(APP)
+    info = w.runtime.observe(w.app)
     assert info.standby_generation is None and not info.retired_cluster, info
     assert jobs(w) == [(job_id, "RUNNING")]
 
@@ -266,3 +272,51 @@ def test_an_args_only_upgrade_on_the_session_cluster_submits_the_new_job_to_the_
     assert restored(w, res.job_id) == (res.savepoint, True)
     assert sorted(p["metadata"]["name"] for p in live_pods(w)) == jm_pods, "no pod was replaced"
     w.growing_from(before, "counts continuing after the args-only upgrade")
+
+
+def test_with_ha_the_session_cluster_recovers_its_job_when_its_jobmanager_pod_is_replaced(world: K8sWorld) -> None:
+    """The HA-required rule on (the product's runtime): a warm standby moves the HA app to a session cluster with
+    its own HA identity (`<app>.g<generation>`); the first cluster's HA data goes with it. Then the session
+    JobManager pod is deleted: the new one recovers the job submitted over REST from its HA data (same job id)
+    and restores the latest checkpoint."""
+    w = world
+    w.runtime = KubernetesRuntime(w.api, clock=SystemClock(), namespaces=[w.ns], rest_via="proxy", poll_interval=0.3)
+    w.app, w.out = HA_APP, "out-ha"
+    rev = w.next_revision()
+    ap = w.plan(rev, {HA_APP: spec(w.ns, "1280m", ha=True)}, WARM)
+    assert ap.action is Action.CREATE, ap.reason
+    assert w.run(rev, ap).outcome is Outcome.SUCCESS
+    before = w.growing_from({}, "counts of the HA app")
+
+    rev = w.next_revision()
+    ap = w.plan(rev, {HA_APP: spec(w.ns, "1344m", ha=True)}, WARM)
+    assert ap.cluster_strategy is ClusterStrategy.WARM_STANDBY, ap.reason
+    gen = ap.steps[0].generation  # type: ignore[union-attr]
+    res = w.run(rev, ap)
+    assert res.outcome is Outcome.SUCCESS, res.message
+    job = res.job_id
+    assert job is not None and restored(w, job) == (res.savepoint, True)
+    assert_one_job_on_one_cluster(w, job, gen)
+    cid = r.ha_cluster_id(HA_APP, None, gen)
+    ha = {c["metadata"]["name"] for c in w.runtime.kube.list("ConfigMap", w.ns, HA_CONFIGMAP_SELECTOR)
+          if ha_configmap_cluster_id(HA_APP, c) is not None}
+    assert ha == {f"{cid}-cluster-config-map", f"{cid}-{job}-config-map"}, ha
+    before = w.growing_from(before, "counts continuing on the HA session cluster")
+
+    wait_until(lambda: "/chk-" in (w.runtime.flink(HA_APP).checkpoints(job).latest_completed_path or ""),
+               timeout=30, what="a checkpoint of the job on the session cluster")
+    [old] = jobmanager_pods(w)
+    w.runtime.kube.delete("Pod", w.ns, old)
+
+    def recovered() -> tuple[str, bool] | None:
+        if jobmanager_pods(w) in ([], [old]):
+            return None
+        try:
+            return restored(w, job) if jobs(w) == [(job, "RUNNING")] else None
+        except Exception:  # the new JobManager's REST API is not up yet
+            return None
+    path, is_savepoint = wait_until(recovered, timeout=120, what="the job recovered by the new session JobManager")
+    assert not is_savepoint and "/chk-" in path, path
+    w.growing_from(before, "counts continuing after the session JobManager pod was replaced")
+    w.runtime.delete_cluster(HA_APP, deadline=SystemClock().monotonic() + 90)
+    assert generations(w) == {} and w.runtime.kube.list("ConfigMap", w.ns, HA_CONFIGMAP_SELECTOR) == []
