@@ -14,7 +14,7 @@ import logging
 import signal
 import threading
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import Literal
 from urllib.parse import urlsplit
@@ -37,6 +37,7 @@ from reconciler.settings import Settings, redact_url
 log = logging.getLogger(__name__)
 
 Trigger = Literal["startup", "poll", "drift", "webhook"]
+DRIFT_JITTER = 0.1  # each drift pass starts up to this share of the interval late: replicas drift apart
 
 
 @dataclass(frozen=True)
@@ -219,13 +220,22 @@ class Daemon:
             self._tick, "interval", seconds=self.settings.poll_interval, args=("poll",), id="poll", name="poll"
         )
         self._scheduler.add_job(
-            self._tick, "interval", seconds=self.settings.drift_interval, args=("drift",), id="drift", name="drift"
+            self._tick, "interval", seconds=self.settings.drift_interval, args=("drift",), id="drift", name="drift",
+            start_date=datetime.now(UTC) + timedelta(seconds=self.settings.drift_interval + self._drift_offset()),
+            jitter=self.settings.drift_interval * DRIFT_JITTER,
         )
         self._scheduler.start()
         log.info(
             "daemon started",
             extra={"poll_interval": self.settings.poll_interval, "drift_interval": self.settings.drift_interval},
         )
+
+    def _drift_offset(self) -> float:
+        """Shard i of N starts its drift timer i/N of an interval later: shard processes started together
+        would otherwise run their full passes at the same moment and a push to any of them waits behind
+        all N (push -> status p99, bench/scale_bench.py)."""
+        s = self.settings
+        return s.drift_interval * s.shard / s.shards if isinstance(s.shard, int) and s.shards > 1 else 0.0
 
     def stop(self, deadline_s: float | None = None) -> bool:
         """Stop scheduling, let the service finish or park its steps, wait for the pass, close HTTP.

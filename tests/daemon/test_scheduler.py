@@ -7,6 +7,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -70,6 +71,17 @@ def test_drift_job_calls_full_sync(make_daemon: MakeDaemon, fake_service: FakeSe
     calls = fake_service.wait_calls(3)
     assert all((c.full, c.reason) == (True, "drift") for c in calls[1:3])
     assert sample(d, "flink_reconciler_sync_passes_total", trigger="drift", result="ok") >= 2
+
+
+def test_shard_drift_timers_are_staggered_over_one_interval(make_daemon: MakeDaemon) -> None:
+    """Shard processes started together must not run their full passes at the same moment."""
+    first = {}
+    for shard in (0, 2, 4):
+        d = make_daemon(drift_interval=100, shards=5, shard=shard)
+        job = d._scheduler.get_job("drift")
+        assert job is not None and job.next_run_time is not None
+        first[shard] = (job.next_run_time - datetime.now(UTC)).total_seconds()
+    assert 99 < first[0] <= 100 + 10 and 139 < first[2] <= 140 + 10 and 179 < first[4] <= 180 + 10, first
 
 
 def test_webhook_triggers_an_immediate_sync(make_daemon: MakeDaemon, fake_service: FakeService) -> None:
