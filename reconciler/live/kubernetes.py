@@ -343,8 +343,9 @@ def workload_ready(obj: Obj) -> tuple[bool, str | None]:
         return False, "old replicas are still terminating"
     return True, None
 
-# Of those, the ones a new cluster (a warm standby) fails on at once: its configuration cannot run.
-NEVER_HEALS = ("RunContainerError", "CreateContainerConfigError", "CreateContainerError")
+# Of those, the ones a new cluster (a warm standby) fails on at once: its configuration cannot run (a crash
+# loop of an init container too: `generation_failure` looks at the main containers only).
+NEVER_HEALS = ("RunContainerError", "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff")
 
 
 def pod_problem(pod: Obj) -> tuple[bool, str] | None:
@@ -1012,7 +1013,7 @@ class KubernetesRuntime:
             for pod in c.pods:
                 fail = generation_failure(pod)
                 if fail is None and (prob := pod_problem(pod)) and prob[1].startswith(NEVER_HEALS):
-                    fail = prob[1]  # e.g. Flink's memory check refused the config before the JVM started
+                    fail = prob[1]  # e.g. Flink's memory check refused the config, or stage-jar found no jar
                 if fail is not None and not pod["metadata"].get("deletionTimestamp"):
                     comp = "JobManager" if "jobmanager" in (_label(pod, r.LABEL_COMPONENT) or "") else "TaskManager"
                     raise PermanentStepError(

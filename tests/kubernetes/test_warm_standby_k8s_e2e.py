@@ -34,7 +34,7 @@ from kubernetes import client as k8s_client
 from reconciler.apply.journal import Journal
 from reconciler.clock import SystemClock
 from reconciler.core.observed import Outcome
-from reconciler.core.plan import Action, AppPlan, ClusterStrategy
+from reconciler.core.plan import Action, AppPlan, ClusterStrategy, StartJob
 from reconciler.core.planner import Policy
 from reconciler.live import k8s_render as r
 from reconciler.live.flink import FlinkRestClient
@@ -273,6 +273,27 @@ def test_an_args_only_upgrade_on_the_session_cluster_submits_the_new_job_to_the_
     assert sorted(p["metadata"]["name"] for p in live_pods(w)) == jm_pods, "no pod was replaced"
     w.growing_from(before, "counts continuing after the args-only upgrade")
 
+
+def test_a_new_job_that_fails_on_the_standby_is_rolled_back_onto_the_old_cluster(world: K8sWorld) -> None:
+    """After the stop and the promotion the new job cannot start (its entry class does not exist): the standby
+    is discarded, the old cluster is live again and the previous job restarts there from the savepoint."""
+    w = world
+    live = pointers(w).live
+    before = w.counts()
+    rev = w.next_revision()
+    d = spec(w.ns, "1536m").canonical()
+    d["spec"]["job"]["args"] = ["--output-dir", "/flink-data/out", "--keys", "4", "--rate", "130"]
+    d["spec"]["job"]["entryClass"] = "io.flinkreconciler.examples.NoSuchJob"
+    ap = w.plan(rev, {APP: FlinkApp.model_validate(d)}, WARM)
+    assert ap.cluster_strategy is ClusterStrategy.WARM_STANDBY, ap.reason
+    res = w.run(rev, ap)
+    assert res.outcome is Outcome.FAILURE and res.rolled_back, res.message
+    assert res.failed_step is not None and "start job" in res.failed_step, res.failed_step
+    job = w.journal.records().apps[APP].job_id
+    assert job is not None and job == next(s.job_id for s in ap.rollback if isinstance(s, StartJob))
+    assert_one_job_on_one_cluster(w, job, live)
+    assert restored(w, job) == (res.savepoint, True)
+    w.growing_from(before, "counts continuing on the old cluster after the rollback")
 
 def test_with_ha_the_session_cluster_recovers_its_job_when_its_jobmanager_pod_is_replaced(world: K8sWorld) -> None:
     """The HA-required rule on (the product's runtime): a warm standby moves the HA app to a session cluster with
