@@ -69,6 +69,8 @@ class Policy:
     mass_delete_min: int = 3  # ... and at least this many (deleting 1 of 2 apps is not "mass")
     allow_mass_delete: bool = False
     warm_standby: bool = False  # the runtime can run a second cluster of an app (live.ports.StandbyRuntime)
+    # app -> why the runtime could not run a second cluster of it now (e.g. the namespace quota): plan cold
+    standby_refused: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -695,6 +697,8 @@ def _cluster_strategy(ctx: _Ctx) -> tuple[ClusterStrategy | None, str]:
     if not ctx.inp.policy.warm_standby:
         return ClusterStrategy.COLD, ("cold: this runtime cannot run a standby cluster, so the cluster restarts "
                                       "while the job is down")
+    if refused := ctx.inp.policy.standby_refused.get(ctx.name):
+        return ClusterStrategy.COLD, f"cold: {refused}, so the cluster restarts while the job is down"
     return ClusterStrategy.WARM_STANDBY, ("warm standby: a new cluster starts beside the running job, which "
                                           "moves to it once it is ready (the app needs room for two clusters "
                                           "meanwhile)")

@@ -23,13 +23,13 @@ from reconciler.apply.migrate import migrate_sqlite_journal
 from reconciler.clock import Clock
 from reconciler.core.observed import AppRecord, Outcome, Records, SavepointRecord
 from reconciler.core.plan import Action, AppPlan, Plan
-from reconciler.core.planner import ADOPTED_RUNNING, PlanInput, Policy, desired_from, plan
+from reconciler.core.planner import ADOPTED_RUNNING, Desired, PlanInput, Policy, desired_from, plan
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.shards import Shard, ShardRecordStore, shard_view
-from reconciler.errors import ConfigError, PlanStaleError, ReconcilerError, SpecError
+from reconciler.errors import ConfigError, ObserveError, PlanStaleError, ReconcilerError, SpecError
 from reconciler.live.artifacts import resolve_jar
 from reconciler.live.observe import observe
-from reconciler.live.ports import Runtime, StandbyRuntime
+from reconciler.live.ports import Runtime, StandbyCapacity, StandbyRuntime
 from reconciler.live.records import FileRecordStore, RecordStore
 from reconciler.logs import log_context
 from reconciler.report.reporter import Reporter
@@ -253,9 +253,25 @@ class Reconciler:
             records=records,
             now=self.clock.now(),
             # warm standby only where the runtime can run two clusters of an app (the plan says which)
-            policy=dataclasses.replace(self.policy, warm_standby=isinstance(self.runtime, StandbyRuntime)),
+            policy=dataclasses.replace(self.policy, warm_standby=isinstance(self.runtime, StandbyRuntime),
+                                       standby_refused=self._standby_refused(desired, previous, names)),
             mode="live",
         )
+
+    def _standby_refused(self, desired: Desired, previous: dict[str, FlinkApp], names: set[str]) -> dict[str, str]:
+        """Apps whose changed spec could not get a warm standby now (the namespace quota): planned cold. Asked
+        only for apps whose spec changed, so an unchanged repository costs no request."""
+        if not isinstance(self.runtime, StandbyCapacity):
+            return {}
+        changed = [a for n, a in desired.apps.items()
+                   if n in names and n in previous and previous[n].spec_hash != a.spec_hash]
+        if not changed:
+            return {}
+        try:
+            return self.runtime.standby_refusals(changed)
+        except ObserveError as e:  # the standby's own check still runs when it starts
+            log.warning("cannot check whether warm standbys fit: %s", e)
+            return {}
 
     def plan(self, rev: str, *, only: Collection[str] | None = None) -> Plan:
         return plan(self.plan_input(rev, only=only), only=only)

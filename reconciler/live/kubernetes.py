@@ -888,8 +888,44 @@ class KubernetesRuntime:
         self.prune(app, objs, generation=generation)
         return self._wait_session(app, generation, deadline=deadline, start=start)
 
+    def _quotas(self, ns: str) -> list[Obj]:
+        """The namespace's ResourceQuotas; none when the Role does not grant listing them (a Role from before
+        warm standby: the check is skipped, with a warning, rather than failing every standby)."""
+        try:
+            return self.kube.list("ResourceQuota", ns, "")
+        except KubernetesApiError as e:
+            if e.code != 403:
+                raise
+            log.warning("cannot list ResourceQuotas in %s (%s): a warm standby is not checked against them; grant "
+                        "list on resourcequotas (deploy/kubernetes/rbac-apps.yaml)", ns, e)
+            return []
+
     def _quota_shortfall(self, ns: str, objs: list[Obj]) -> str | None:
-        return quota_shortfall(self.kube.list("ResourceQuota", ns, ""), pod_requests(objs))
+        return quota_shortfall(self._quotas(ns), pod_requests(objs))
+
+    def standby_refusals(self, apps: list[FlinkApp]) -> dict[str, str]:
+        """For the plan: the apps of which a warm standby would not fit the namespace's ResourceQuotas beside
+        what runs now, with the reason (one list per namespace). An app that cannot be rendered is left to
+        the errors that refuse it."""
+        out: dict[str, str] = {}
+        by_ns: dict[str, list[FlinkApp]] = {}
+        for a in apps:
+            by_ns.setdefault(a.metadata.namespace, []).append(a)
+        for ns, mine in sorted(by_ns.items()):
+            try:
+                quotas = self._quotas(ns)
+            except (KubernetesApiError, KubernetesUnavailableError) as e:
+                raise ObserveError(f"cannot list ResourceQuotas in {ns}: {e}") from e
+            if not quotas:
+                continue
+            for a in mine:
+                try:
+                    objs = self.render(a, generation="0" * 8)
+                except RenderError:
+                    continue
+                if short := quota_shortfall(quotas, pod_requests(objs)):
+                    out[a.name] = f"the namespace quota does not fit a second cluster beside the running one ({short})"
+        return out
 
     def promote_standby(self, app: str, *, generation: str, deadline: float) -> None:
         """Standby `generation` becomes the live cluster, the live one is retired (kept for a rollback): one

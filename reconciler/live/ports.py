@@ -177,3 +177,14 @@ class StandbyRuntime(Runtime, Protocol):
     def delete_retired(self, app: str, *, deadline: float) -> None:
         """Delete the retired cluster, if there is one."""
         ...
+
+
+@runtime_checkable
+class StandbyCapacity(Protocol):
+    """A StandbyRuntime that can tell, before planning, when a second cluster of an app would not fit (the
+    kubernetes runtime: the namespace's ResourceQuotas). Those apps are planned cold, and the plan says why."""
+
+    def standby_refusals(self, apps: list[FlinkApp]) -> dict[str, str]:
+        """app name -> why a warm standby of it (at its desired spec) would not fit now; apps that fit are absent.
+        Raises ObserveError when it cannot look."""
+        ...

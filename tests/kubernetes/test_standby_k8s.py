@@ -225,3 +225,39 @@ def kubernetes_requests(rt: KubernetesRuntime, a: Any) -> dict[str, float]:
     from reconciler.live.kubernetes import pod_requests
     need = pod_requests(rt.render(a, generation=GEN))
     return {k: round(need[k], 3) for k in ("pods", "requests.cpu")}
+
+
+# ---- the plan: a standby the quota would not fit is planned cold, and the plan says why ----
+
+def test_an_app_whose_standby_the_runtime_refuses_is_planned_cold_with_the_reason() -> None:
+    from reconciler.core.plan import ClusterStrategy
+    from reconciler.core.planner import Policy, plan
+    from tests.core.builders import app as core_app
+    from tests.core.builders import inp, record, running
+
+    ckpt: dict[str, Any] = {"execution.checkpointing.interval": "5s"}
+    old = core_app(flinkConfiguration=ckpt)
+    new = core_app(flinkConfiguration=ckpt, taskManager={"resources": {"memory": "1536m"}})
+    why = "the namespace quota does not fit a second cluster beside the running one (ResourceQuota team: ...)"
+    refused = Policy(warm_standby=True, standby_refused={"orders": why})
+    p = plan(inp([new], [old], [running()], [record(savepoint_age=None)], policy=refused)).app("orders")
+    assert p.cluster_strategy is ClusterStrategy.COLD and f"cold: {why}, so the cluster restarts" in p.reason
+    assert [type(s).__name__ for s in p.steps][:2] == ["StopWithSavepoint", "EnsureCluster"]
+    other = Policy(warm_standby=True, standby_refused={"payments": why})
+    p = plan(inp([new], [old], [running()], [record(savepoint_age=None)], policy=other)).app("orders")
+    assert p.cluster_strategy is ClusterStrategy.WARM_STANDBY
+
+
+def test_standby_refusals_name_the_apps_the_quota_would_not_fit(cluster: Cluster, standin_only: Standin) -> None:
+    c = cluster
+    rt = rt_of(c)
+    small, big = app("small", c.namespace), app("big", c.namespace, taskManager={"replicas": 4, "slots": 2})
+    assert rt.standby_refusals([small, big]) == {}  # no quota: nothing to refuse, one list
+    c.create({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "team"},
+              "spec": {"hard": {"requests.cpu": "8"}}})
+    c.patch("ResourceQuota", "team", {"status": {"hard": {"requests.cpu": "8"}, "used": {"requests.cpu": "4"}}},
+            manager="kube-controller-manager", status=True)
+    standin_only.api.reset_log()
+    refused = rt.standby_refusals([small, big])
+    assert set(refused) == {"big"} and "requests.cpu used 4 of 8, a second cluster needs 5 more" in refused["big"]
+    assert [(c.verb, c.resource) for c in standin_only.api.calls()] == [("list", "resourcequotas")]
