@@ -715,10 +715,14 @@ class KubernetesRuntime:
             return []
         ns = rendered[0]["metadata"]["namespace"]
         app = _label(rendered[0], r.LABEL_INSTANCE) or ""
+        gen = next((g for o in rendered if (g := _label(o, r.LABEL_GENERATION))), "")
+        wanted = {(o["kind"], o["metadata"]["name"]) for o in rendered}
         live: dict[tuple[str, str], Obj] = {}
         for kind in sorted({o["kind"] for o in rendered} | set(PRUNABLE)):
             for o in self.kube.list(kind, ns, r.app_selector(app)):
-                live[(kind, o["metadata"]["name"])] = o
+                key = (kind, o["metadata"]["name"])
+                if (_label(o, r.LABEL_GENERATION) or "") == gen or key in wanted:  # another cluster: not ours
+                    live[key] = o
         out = []
         for o in rendered:
             key = (o["kind"], o["metadata"]["name"])

@@ -261,3 +261,15 @@ def test_standby_refusals_name_the_apps_the_quota_would_not_fit(cluster: Cluster
     refused = rt.standby_refusals([small, big])
     assert set(refused) == {"big"} and "requests.cpu used 4 of 8, a second cluster needs 5 more" in refused["big"]
     assert [(c.verb, c.resource) for c in standin_only.api.calls()] == [("list", "resourcequotas")]
+
+
+def test_drift_of_one_cluster_ignores_the_other_generation_beside_it(cluster: Cluster, standin_only: Standin) -> None:
+    c = cluster
+    rt = rt_of(c)
+    a = app("counter", c.namespace)
+    base, session = rt.render(a, job_id="0" * 32), rt.render(a, generation=GEN)
+    rt.apply(base)
+    rt.apply(session)
+    assert rt.drift(base) == [] and rt.drift(session) == []
+    c.kube.delete("Service", c.namespace, f"counter-g{GEN}-rest")
+    assert rt.drift(session) == [f"Service/counter-g{GEN}-rest: missing"] and rt.drift(base) == []
