@@ -890,7 +890,24 @@ class KubernetesRuntime:
         for o in r.with_owner(objs, root_name=r.object_names(app.name)["root"], root_uid=uid):
             self.kube.apply(o, force=self.force_conflicts)
         self.prune(app, objs, generation=generation)
-        return self._wait_session(app, generation, deadline=deadline, start=start)
+        info = self._wait_session(app, generation, deadline=deadline, start=start)
+        self._warm_up(app, generation)
+        return info
+
+    def _warm_up(self, app: FlinkApp, generation: str) -> None:
+        """Before the old job stops: the job graph compiled once on the standby's JobManager (`POST
+        /jars/job.jar/plan`), so the submit after the stop finds the program's classes loaded."""
+        from reconciler.live.flink import FlinkRestClient, FlinkRestError
+
+        base = self._rest_url(app.name, app.metadata.namespace, generation)
+        client = FlinkRestClient(base, client=self._proxy_client()) if self.rest_via == "proxy" \
+            else FlinkRestClient(base)
+        job = app.spec.job
+        try:
+            client.plan_jar(r.STAGED_JAR, entry_class=job.entry_class, args=job.args, parallelism=job.parallelism)
+        except (FlinkRestError, TransientStepError, ObserveError) as e:  # only a warm-up: the submit will tell
+            log.info("%s: compiling the job graph on standby %s failed (the submit will tell): %s", app.name,
+                     generation, e)
 
     def _quotas(self, ns: str) -> list[Obj]:
         """The namespace's ResourceQuotas; none when the Role does not grant listing them (a Role from before
