@@ -407,11 +407,14 @@ def _pod_spec(app: FlinkApp, component: str, args: list[str], config_hash: str, 
     if generation and component == "jobmanager" and jar_path:
         # A session JobManager runs jobs submitted over REST (POST /jars/<id>/run): the jar must be in its
         # upload directory, where GET /jars lists it. Copied from the image (or the fetched usrlib) before it starts.
+        # The directory must stay writable for the JobManager (the image's entrypoint drops to the flink user;
+        # Flink refuses to start on an upload dir it cannot write), whoever runs this container.
         volumes.append({"name": "web-upload", "emptyDir": {}})
         mounts.append({"name": "web-upload", "mountPath": WEB_UPLOAD_DIR})
         init.append({
             "name": "stage-jar", "image": image,
-            "command": ["sh", "-c", 'mkdir -p "$JAR_DIR" && cp "$JAR_PATH" "$JAR_DIR/$JAR_ID"'],
+            "command": ["sh", "-c", 'mkdir -p "$JAR_DIR" && cp "$JAR_PATH" "$JAR_DIR/$JAR_ID" && chmod 0777 "$JAR_DIR" '
+                        '&& chmod 0644 "$JAR_DIR/$JAR_ID"'],
             "env": [{"name": "JAR_PATH", "value": jar_path},
                     {"name": "JAR_DIR", "value": f"{WEB_UPLOAD_DIR}/flink-web-upload"},
                     {"name": "JAR_ID", "value": STAGED_JAR}],

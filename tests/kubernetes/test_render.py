@@ -35,6 +35,9 @@ def _cases() -> dict[str, list[dict[str, Any]]]:
     out["restore"] = r.render_app(a, revision=REVISION, job_id=deterministic_job_id(a.name, REVISION, 1),
                                   restore_path="s3://bucket/savepoints/counter/savepoint-abc",
                                   allow_non_restored_state=True, root_uid=ROOT_UID)
+    # A warm standby's session cluster (HA, an http jar fetched and staged, TaskManagers as a StatefulSet).
+    out["standby"] = r.render_app(EXAMPLES["statefulset"], revision=REVISION, job_id=None, restore_path=None,
+                                  root_uid=ROOT_UID, generation="3538ba14")
     return out
 
 
