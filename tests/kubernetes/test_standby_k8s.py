@@ -5,15 +5,24 @@ leftover standby reported by observe). The real-Flink path is test_warm_standby_
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from reconciler.apply.journal import Journal
+from reconciler.clock import FakeClock
 from reconciler.core.observed import ClusterPhase
+from reconciler.core.plan import ClusterStrategy
+from reconciler.daemon.service import Reconciler
 from reconciler.errors import PermanentStepError
 from reconciler.live import k8s_render as r
 from reconciler.live.kubernetes import HA_CONFIGMAP_SELECTOR, KubernetesRuntime, Pointers, ha_configmap_cluster_id
 from reconciler.live.ports import StandbyRuntime
+from reconciler.source.git import GitSource
+from reconciler.spec.model import FlinkApp
+from tests.apply.fakes import FakeStandbyRuntime
+from tests.gitutil import Repo
 from tests.kubernetes.apps import app
 from tests.kubernetes.conftest import Cluster
 from tests.kubernetes.flink_backend import FlinkBackend
@@ -230,7 +239,6 @@ def kubernetes_requests(rt: KubernetesRuntime, a: Any) -> dict[str, float]:
 # ---- the plan: a standby the quota would not fit is planned cold, and the plan says why ----
 
 def test_an_app_whose_standby_the_runtime_refuses_is_planned_cold_with_the_reason() -> None:
-    from reconciler.core.plan import ClusterStrategy
     from reconciler.core.planner import Policy, plan
     from tests.core.builders import app as core_app
     from tests.core.builders import inp, record, running
@@ -273,3 +281,51 @@ def test_drift_of_one_cluster_ignores_the_other_generation_beside_it(cluster: Cl
     assert rt.drift(base) == [] and rt.drift(session) == []
     c.kube.delete("Service", c.namespace, f"counter-g{GEN}-rest")
     assert rt.drift(session) == [f"Service/counter-g{GEN}-rest: missing"] and rt.drift(base) == []
+
+
+class QuotaAwareFakeRuntime(FakeStandbyRuntime):
+    """The fake standby runtime plus the kubernetes runtime's plan-time answer (StandbyCapacity)."""
+
+    def __init__(self, clock: FakeClock, **kw: Any) -> None:
+        super().__init__(clock, **kw)
+        self.refuse: dict[str, str] = {}
+        self.asked: list[list[str]] = []
+
+    def standby_refusals(self, apps: list[FlinkApp]) -> dict[str, str]:
+        self.asked.append(sorted(a.name for a in apps))
+        return {a.name: self.refuse[a.name] for a in apps if a.name in self.refuse}
+
+
+def orders_yaml(memory: str) -> str:
+    return f"""\
+apiVersion: flink-reconciler.io/v1alpha1
+kind: FlinkApp
+metadata: {{name: orders}}
+spec:
+  taskManager: {{slots: 4, resources: {{memory: {memory}}}}}
+  flinkConfiguration: {{execution.checkpointing.interval: 1s}}
+  job: {{jarURI: jobs/counter.jar, parallelism: 2}}
+"""
+
+
+def test_the_daemons_pass_plans_cold_what_the_runtime_says_would_not_fit(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    repo.write("jobs/counter.jar", b"not really a jar")
+    repo.write("apps/orders.yaml", orders_yaml("1024m"))
+    first = repo.commit("orders")
+    clock = FakeClock()
+    runtime = QuotaAwareFakeRuntime(clock, savepoint_dir=str(tmp_path / "savepoints"), create_savepoint_dirs=True)
+    rec = Reconciler(source=GitSource(str(repo.origin), tmp_path / "state" / "git"), runtime=runtime,
+                     journal=Journal(tmp_path / "state" / "journal", clock), clock=clock, runtime_name="local")
+    rec.source.fetch()
+    assert rec.apply(first).ok
+    assert runtime.asked == []  # nothing changed for a running app: the runtime is not asked
+    repo.write("apps/orders.yaml", orders_yaml("1536m"))
+    second = repo.commit("more TaskManager memory")
+    rec.source.fetch()
+    assert rec.plan(second).app("orders").cluster_strategy is ClusterStrategy.WARM_STANDBY
+    runtime.refuse["orders"] = "the namespace quota does not fit a second cluster beside the running one (...)"
+    ap = rec.plan(second).app("orders")
+    assert ap.cluster_strategy is ClusterStrategy.COLD, ap.reason
+    assert "cold: the namespace quota does not fit a second cluster" in ap.reason
+    assert runtime.asked == [["orders"], ["orders"]]
