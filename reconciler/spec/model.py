@@ -449,8 +449,12 @@ class AppSpec(_Model):
         return self
 
 
+GENERATION_SUFFIX_RE = re.compile(r"-g[0-9a-f]{8}$")  # <app>-g<gen>-*: a standby's objects (k8s_render)
+
+
 class Metadata(_Model):
-    name: str = change(ChangeClass.IGNORE, "App name: a DNS-1123 label, unique in the repository.")
+    name: str = change(ChangeClass.IGNORE, "App name: a DNS-1123 label, unique in the repository; not ending in "
+                       "`-g` and 8 hex digits (a warm standby's generation suffix).")
     namespace: str = change(ChangeClass.REDEPLOY, "Kubernetes namespace.", default="default")
     labels: dict[str, str] = change(ChangeClass.IGNORE, "Labels copied to every object.", default_factory=dict)
     annotations: dict[str, str] = change(ChangeClass.IGNORE, "Annotations.", default_factory=dict)
@@ -464,6 +468,14 @@ class Metadata(_Model):
         if len(v) > MAX_NAME_LENGTH:
             raise ValueError(f"{v!r} is {len(v)} characters; at most {MAX_NAME_LENGTH} "
                              "(object names get suffixes like '-taskmanager')")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _not_a_generation(cls, v: str) -> str:
+        if GENERATION_SUFFIX_RE.search(v):
+            raise ValueError(f"{v!r} ends like a warm standby's cluster generation ('-g' and 8 hex digits): app "
+                             f"{v.rsplit('-g', 1)[0]!r}'s standby objects would carry this app's object names")
         return v
 
 

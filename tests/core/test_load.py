@@ -255,3 +255,16 @@ def test_the_restricted_policy_lets_ordinary_specs_through() -> None:
                 "/tmp/build/x.jar", "file:///srv/jars/x.jar", "jobs/x.jar"):
         doc = text.replace("jarURI: jobs/counter.jar", f"jarURI: {uri}")
         assert load_files({"x.yaml": doc.encode()}).errors == (), uri
+
+
+@pytest.mark.parametrize(("name", "ok"), [("orders-g0123abcd", False), ("orders-g0123abcd9", True),
+                                          ("orders-gabcdefgh", True), ("g0123abcd", True)])
+def test_an_app_name_shaped_like_a_standby_generation_is_refused(name: str, ok: bool) -> None:
+    """`orders-g0123abcd-config` would be both that app's ConfigMap and the standby's of app `orders`."""
+    result = load_files({"a.yaml": GOOD.format(name=name).encode()})
+    if ok:
+        assert set(result.apps) == {name}
+        return
+    (err,) = result.errors
+    assert err.field == "metadata.name" and err.file == "a.yaml" and err.line is not None
+    assert "warm standby's cluster generation" in err.message and "'orders'" in err.message
