@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 from reconciler.core.diff import diff, highest_class
 from reconciler.core.observed import (
@@ -306,6 +306,8 @@ class _Ctx:
     live: LiveApp
     inp: PlanInput
     changes: tuple[FieldChange, ...]
+    desired_canonical: dict[str, Any]  # built once per app: model_dump was most of a pass's planning time
+    previous_canonical: dict[str, Any] | None
 
     @property
     def job_id(self) -> str:
@@ -329,8 +331,8 @@ class _Ctx:
             reason=reason,
             change_class=highest_class(self.changes),
             diff=self.changes,
-            desired=self.desired.canonical(),
-            previous=self.previous.canonical() if self.previous else None,
+            desired=self.desired_canonical,
+            previous=self.previous_canonical,
             source_file=self.inp.desired.sources.get(self.name),
             upgrade_mode=self.desired.spec.job.upgrade_mode.value,
             **kw,
@@ -340,8 +342,9 @@ class _Ctx:
 def _plan_present(
     name: str, desired: FlinkApp, previous: FlinkApp | None, live: LiveApp, inp: PlanInput
 ) -> AppPlan:
-    changes = diff(previous.canonical() if previous else None, desired.canonical())
-    ctx = _Ctx(name, desired, previous, live, inp, changes)
+    desired_c, previous_c = desired.canonical(), previous.canonical() if previous else None
+    changes = diff(previous_c, desired_c)
+    ctx = _Ctx(name, desired, previous, live, inp, changes, desired_c, previous_c)
     want_running = desired.spec.job.state is JobState.RUNNING
     if live.cluster is ClusterPhase.UNKNOWN:
         return ctx.app_plan(Action.NOOP, f"live state unknown ({live.cluster_message}); nothing is changed "

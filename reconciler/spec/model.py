@@ -7,6 +7,7 @@ class of all changed fields; see `reconciler.core.diff`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -110,6 +111,7 @@ def parse_duration(value: Any) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+@functools.lru_cache(maxsize=256)  # a few distinct values, each formatted for every app on every pass
 def format_duration(value: timedelta) -> str:
     secs = value.total_seconds()
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
