@@ -200,16 +200,30 @@ class Executor:
 
     def resume(self, app: str) -> AppResult | None:
         """Continue the app's execution left in the journal by a crashed process (None: nothing to do)."""
-        if self.journal.inflight(app) is None:
+        pending = self.journal.inflight(app)
+        if pending is None:
             return None
+        self._stamp_revision(pending.revision)
         return self._drive(app)
 
     def resume_all(self) -> dict[str, AppResult]:
-        pending = list(self.journal.all_inflight().values())
-        results = self._parallel(
-            pending, lambda i: i.app, lambda i: self._guarded(i.app, i.plan.action, lambda: self.resume(i.app))
-        )
+        """Resume every in-flight execution, those of one revision at a time (the runtime stamps it)."""
+        by_revision: dict[str, list[InFlight]] = {}
+        for i in self.journal.all_inflight().values():
+            by_revision.setdefault(i.revision, []).append(i)
+        results: dict[str, AppResult | None] = {}
+        for revision, pending in sorted(by_revision.items()):
+            self._stamp_revision(revision)
+            results.update(self._parallel(
+                pending, lambda i: i.app, lambda i: self._guarded(i.app, i.plan.action, lambda: self.resume(i.app))))
         return {k: v for k, v in results.items() if v is not None}
+
+    def _stamp_revision(self, revision: str) -> None:
+        """A runtime that stamps its objects with the revision (Kubernetes) must stamp a resumed execution's
+        own: another one (a new replica's "unknown", an older pass's) changes a Deployment's annotations, which
+        rolls its pods (a warm standby's session cluster restarted, a just-submitted job's JobManager too)."""
+        if hasattr(self.runtime, "revision"):
+            self.runtime.revision = revision
 
     def _parallel(self, items: list[T], key: Callable[[T], str], fn: Callable[[T], R]) -> dict[str, R]:
         if not items:
