@@ -15,7 +15,10 @@ going away (no HA: the new process knows only its own job). Time comes from the 
   `operation.failure-cause` and the job still RUNNING; a stop of an unknown job is accepted and fails
   inside the operation; an unknown request id is 404;
 - `PATCH /jobs/{id}?mode=cancel` answers 202 (CANCELED), 409 for a terminal job, 404 for an unknown one;
-- unknown jobs are 404 with Flink's `{"errors": [...]}` body.
+- unknown jobs are 404 with Flink's `{"errors": [...]}` body;
+- a *session* JobManager (`start_session()`: a warm standby's, no job of its own) also serves the jar staged in
+  its upload dir: `POST /jars/{id}/plan` compiles nothing and answers a plan, `POST /jars/{id}/run` starts the
+  job named by `jobId` from `savepointPath` (recorded in `starts`; a known id is Flink's duplicate error).
 """
 
 from __future__ import annotations
@@ -62,8 +65,10 @@ class FlinkBackend:
         self.jobs: dict[str, Job] = {}
         self.operations: dict[tuple[str, str], dict[str, Any]] = {}  # (job id, request id) -> operation
         self.up = False
+        self.session = False  # a session JobManager: jobs come by REST submit
         self.starts: list[tuple[str, str | None]] = []  # (job id, restore path) per JobManager start
         self.requests: list[tuple[str, str]] = []
+        self.savepoints_taken: list[str] = []  # every savepoint location completed, across JobManager restarts
         self.lock = threading.Lock()
 
     # ---- what the JobManager container does ----
@@ -76,6 +81,13 @@ class FlinkBackend:
                                      restored_from=restore_path)}
             self.operations = {}
             self.starts.append((job_id, restore_path))
+
+    def start_session(self) -> None:
+        """A session JobManager process starts: no job until one is submitted over REST."""
+        with self.lock:
+            self.up, self.session = True, True
+            self.jobs = {}
+            self.operations = {}
 
     def stop_jobmanager(self) -> None:
         with self.lock:
@@ -155,6 +167,8 @@ class FlinkBackend:
                              "flink-version": "2.3.0", "flink-commit": "0000000"}
             if method == "GET" and path == "/jobs/overview":
                 return 200, {"jobs": [self._overview_entry(j) for j in self.jobs.values()]}
+            if self.session and method == "POST" and (jar := re.fullmatch(r"/jars/([^/]+)/(run|plan)", path)):
+                return self._jar(jar[2], body)
             m = re.fullmatch(r"/jobs/([0-9a-f]{32})(/.*)?", path)
             if not m:
                 return 404, {"errors": ["Not found: " + path]}
@@ -187,6 +201,25 @@ class FlinkBackend:
                 return 200, {"exceptionHistory": {"entries": [], "truncated": False}}
             return 404, {"errors": ["Not found: " + path]}
 
+    def _jar(self, action: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        try:
+            payload = json.loads(body or b"{}")
+        except ValueError:
+            return 400, {"errors": ["Request body is not valid JSON"]}
+        if action == "plan":
+            return 200, {"plan": {"jid": uuid.uuid4().hex, "name": self.name, "type": "STREAMING", "nodes": []}}
+        jid = str(payload.get("jobId") or uuid.uuid4().hex)
+        if jid in self.jobs:
+            return 500, {"errors": ["org.apache.flink.runtime.client.DuplicateJobSubmissionException: "
+                                    f"Job has already been submitted. JobID: {jid}"]}
+        restore = payload.get("savepointPath")
+        now = self.clock.now()
+        self.jobs[jid] = Job(jid=jid, name=self.name, parallelism=int(payload.get("parallelism") or self.parallelism),
+                             started_at=self.clock.monotonic(), start_ms=int(now.timestamp() * 1000),
+                             restored_from=restore)
+        self.starts.append((jid, restore))
+        return 200, {"jobid": jid}
+
     def _trigger(self, jid: str, job: Job | None, *, stop: bool, trigger_id: str | None) -> tuple[int, dict[str, Any]]:
         rid = trigger_id or uuid.uuid4().hex
         if (jid, rid) in self.operations:  # a resent request with the caller's trigger id: the same operation
@@ -209,7 +242,10 @@ class FlinkBackend:
         if failure:
             return 200, {"status": {"id": "COMPLETED"}, "operation": {"failure-cause": {
                 "class": failure.split(":", 1)[0], "stack-trace": failure, "serialized-throwable": "rO0ABQ=="}}}
-        location = op.setdefault("location", f"{self.savepoint_dir}/savepoint-{jid[:6]}-{rid[:12]}")
+        if "location" not in op:
+            op["location"] = f"{self.savepoint_dir}/savepoint-{jid[:6]}-{rid[:12]}"
+            self.savepoints_taken.append(op["location"])
+        location = op["location"]
         if op["stop"] and job is not None and job.state == "RUNNING":
             job.state, job.end_ms = "FINISHED", self._now_ms()
         return 200, {"status": {"id": "COMPLETED"}, "operation": {"location": location}}
