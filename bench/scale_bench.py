@@ -16,6 +16,7 @@ on the origin and each replica holds one shard, SIGKILL the holder of shard 0, p
 of its apps, and print kill -> its Lease held by another replica -> all 50 statuses on the origin.
 
 Run: .venv/bin/python bench/scale_bench.py [--config 1000x1,10000x1] [--idle-seconds 60] [--takeover 50000x5]
+The daemons run with PYTHONMALLOC=malloc and MALLOC_ARENA_MAX=2, as in the image (--pymalloc: without).
 Prints one JSON document, then a Markdown table. Not a test: nothing is asserted.
 """
 
@@ -289,8 +290,14 @@ def main() -> None:
     ap.add_argument("--stream-seconds", type=float, default=75.0)
     ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--takeover", default="", help="APPSxREPLICAS: time a killed shard: auto replica's takeover")
+    ap.add_argument("--pymalloc", action="store_true",
+                    help="run the daemons with Python's own allocator, not the image's PYTHONMALLOC=malloc")
     args = ap.parse_args()
-    result: dict[str, Any] = {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg(), "runs": []}
+    if not args.pymalloc:  # what deploy/Dockerfile sets: measure the daemon as it runs in the image
+        os.environ.setdefault("PYTHONMALLOC", "malloc")
+        os.environ.setdefault("MALLOC_ARENA_MAX", "2")
+    result: dict[str, Any] = {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg(), "runs": [],
+                              "pythonmalloc": os.environ.get("PYTHONMALLOC", "pymalloc")}
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
         if args.takeover:
             n, _, s = args.takeover.partition("x")

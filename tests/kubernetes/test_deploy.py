@@ -78,6 +78,7 @@ def test_deployment_runs_two_non_root_replicas_with_probes() -> None:
     assert secrets == {"flink-reconciler-git", "flink-reconciler-webhook"}
     text = (DEPLOY / "Dockerfile").read_text()
     assert "FROM python:3.11-slim" in text and "USER 10001" in text and "pip install --no-cache-dir ." in text
+    assert "PYTHONMALLOC=malloc" in text and "MALLOC_ARENA_MAX=2" in text  # the idle memory figures assume it
 
 
 def _exercise_runtime(c: Cluster) -> None:
