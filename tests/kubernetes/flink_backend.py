@@ -18,7 +18,8 @@ going away (no HA: the new process knows only its own job). Time comes from the 
 - unknown jobs are 404 with Flink's `{"errors": [...]}` body;
 - a *session* JobManager (`start_session()`: a warm standby's, no job of its own) also serves the jar staged in
   its upload dir: `POST /jars/{id}/plan` compiles nothing and answers a plan, `POST /jars/{id}/run` starts the
-  job named by `jobId` from `savepointPath` (recorded in `starts`; a known id is Flink's duplicate error).
+  job named by `jobId` from `savepointPath` (recorded in `starts`; a known id is Flink's duplicate error), or
+  answers 500 with `run_failure` when that is set.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class FlinkBackend:
         self.operations: dict[tuple[str, str], dict[str, Any]] = {}  # (job id, request id) -> operation
         self.up = False
         self.session = False  # a session JobManager: jobs come by REST submit
+        self.run_failure: str | None = None  # Flink's error text when a submit fails (e.g. a bad entry class)
         self.starts: list[tuple[str, str | None]] = []  # (job id, restore path) per JobManager start
         self.requests: list[tuple[str, str]] = []
         self.savepoints_taken: list[str] = []  # every savepoint location completed, across JobManager restarts
@@ -208,6 +210,8 @@ class FlinkBackend:
             return 400, {"errors": ["Request body is not valid JSON"]}
         if action == "plan":
             return 200, {"plan": {"jid": uuid.uuid4().hex, "name": self.name, "type": "STREAMING", "nodes": []}}
+        if self.run_failure:
+            return 500, {"errors": [self.run_failure]}
         jid = str(payload.get("jobId") or uuid.uuid4().hex)
         if jid in self.jobs:
             return 500, {"errors": ["org.apache.flink.runtime.client.DuplicateJobSubmissionException: "

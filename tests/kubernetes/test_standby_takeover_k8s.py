@@ -5,11 +5,14 @@ JobManager process).
 
 The app's TaskManager memory changes, planned `warm-standby`: StartStandbyCluster, StopWithSavepoint,
 PromoteStandby, StartJob, AwaitRunning, AwaitHealthy, DeleteRetiredCluster. The leader dies just before each of
-its record writes (CrashingStore), or just after each runtime call that changes the clusters (CrashingRuntime),
-and also in the abort path (a standby whose TaskManager crash-loops is discarded). After the takeover: exactly
-one job RUNNING in the fake Flink, exactly one cluster of the app in the stand-in (no other generation's objects,
-the root's annotations name only the live generation), the record says the execution finished, and every
-savepoint the fake Flink took is in the record.
+its record writes (CrashingStore), or just after each runtime call that changes the clusters (CrashingRuntime);
+and in the two failure paths: the abort (a standby whose TaskManager crash-loops is discarded before the stop)
+and the rollback (the promoted standby refuses the submit: the old cluster is live again and runs the previous
+job from the stop's savepoint). After the takeover: exactly one job RUNNING in the fake Flink, exactly one
+cluster of the app in the stand-in (no other generation's objects, the root's annotations name only the live
+generation), the record says the execution finished (an upgrade killed anywhere finishes with success: the
+stop's outcome is always in the record, so no crash point turns it into a rollback), and every savepoint the
+fake Flink took is in the record.
 
 Real-Flink kills (at "standby ready" and "promoted") are in test_warm_standby_k8s_e2e.py.
 """
@@ -67,6 +70,9 @@ spec:
 
 CHECKPOINT_S = 2.0  # fewer polls of AwaitHealthy: the module runs dozens of upgrades
 
+BAD_SUBMIT = ("org.apache.flink.runtime.rest.handler.RestHandlerException: Could not execute application.\n"
+              "Caused by: java.lang.ClassNotFoundException: com.example.Counter")
+
 # A standby whose TaskManager crash-loops: StartStandbyCluster fails at once and the abort discards it.
 TM_CRASH_LOOP = dataclasses.replace(CRASH_LOOP, id="session-tm-crash-loop", change={},
                                     broken=lambda comp, c: comp == "session-taskmanager")
@@ -82,14 +88,20 @@ class StandbySim(SimCluster):
         super().__init__(c, standin, flink, flink_url)
         self.session = session
         self.sessions: dict[str, FlinkBackend] = {}
+        self.run_failure: str | None = None  # what every session JobManager answers to a submit
 
     def _unproxy(self, service: str) -> None:
         self.standin.call(self.standin.api.proxy_backends.pop, (self.c.namespace, service, str(r.REST_PORT)), None)
 
     def tick(self) -> None:
-        super().tick()
-        deps = {d["metadata"]["name"] for d in self.c.kube.list("Deployment", self.c.namespace, r.MANAGED_SELECTOR)
-                if not d["metadata"].get("deletionTimestamp")}
+        deps = set()
+        for dep in self.c.kube.list("Deployment", self.c.namespace, r.MANAGED_SELECTOR):  # one list per tick
+            meta = dep["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue
+            deps.add(meta["name"])
+            if (dep.get("status") or {}).get("observedGeneration") != meta.get("generation"):
+                self._rollout(dep)
         if self.flink.up and r.object_names(APP)["jobmanager"] not in deps:
             self.flink.stop_jobmanager()
             self._unproxy(r.object_names(APP)["rest"])
@@ -107,6 +119,7 @@ class StandbySim(SimCluster):
         backend, url = self.session(gen)
         self.sessions[gen] = backend
         backend.start_session()
+        backend.run_failure = self.run_failure
         self.standin.add_proxy_backend(self.c.namespace, r.object_names(APP, gen)["rest"], str(r.REST_PORT), url)
 
     def running(self) -> list[tuple[str, str, str | None]]:
@@ -186,8 +199,11 @@ class World:
                          clock=self.clock, subdir="apps", leader=elector.is_leader, max_parallel=1)
         self.alive[identity] = True
 
-        def renew() -> None:  # the election thread of a live process
-            if self.alive[identity]:
+        last = [float("-inf")]
+
+        def renew() -> None:  # the election thread of a live process, every retry_period
+            if self.alive[identity] and self.clock.monotonic() - last[0] >= elector.retry_period:
+                last[0] = self.clock.monotonic()
                 elector.try_acquire_or_renew()
 
         self.clock.on_sleep.append(renew)
@@ -353,7 +369,46 @@ def test_a_crash_while_a_standby_that_cannot_start_is_discarded_leaves_the_old_j
         w.cluster.kube.get("ConfigMap", w.cluster.namespace, f"{APP}-root")) == Pointers(live=""), point
 
 
-@pytest.mark.parametrize("path", ["upgrade", "abort"])
+# The rollback path's writes up to StartJob's start are the upgrade's (covered above); from there on its own: the
+# submit refused on the promoted standby, then DiscardStandby (the old cluster live again), EnsureCluster, StartJob
+# and AwaitRunning of the previous spec on the old cluster, from the stop's savepoint.
+ROLLBACK_POINTS = [("write", n) for n in range(11, 21)]
+
+
+@pytest.mark.parametrize("point", ROLLBACK_POINTS, ids=[f"{k}-{v}" for k, v in ROLLBACK_POINTS])
+def test_a_crash_while_a_failed_upgrade_rolls_back_onto_the_old_cluster_resumes_the_rollback(
+        world: World, point: tuple[str, Any]) -> None:
+    w = world
+    rev1, rev2 = w.revs
+    a, old_job = _running_app(w)
+    w.sim.run_failure = BAD_SUBMIT  # the new job cannot be submitted to the promoted standby
+    _crash(w, a, point)
+    b, after, in_flight = _take_over(w)
+    assert in_flight, point
+
+    res = after.resumed[APP]  # the stop's outcome is known (journaled): the resumed execution rolls back
+    assert (res.outcome, res.rolled_back) == (Outcome.FAILURE, True), (point, res.message)
+    assert "ClassNotFoundException" in res.message, res.message
+    assert after.plan.app(APP).action is Action.BLOCKED, after.plan.app(APP)  # the failed commit is not retried
+    record = b.rec.journal.record(APP)
+    assert record is not None and b.rec.journal.inflight(APP) is None
+    assert (record.last_applied_revision, record.last_attempted_revision) == (rev1, rev2)
+    sps = [s.path for s in record.savepoints if s.revision == rev2]
+    assert len(sps) == 1 and w.sim.savepoints_taken() == sps, (sps, w.sim.savepoints_taken())
+    # Exactly one job: the previous spec's, on the old (first) cluster, restored from the stop's savepoint, started
+    # once (the resumed steps re-applied its JobManager unchanged).
+    running = w.sim.running()
+    assert len(running) == 1, (point, running)
+    gen, job, restored = running[0]
+    assert (gen, restored) == ("", sps[0]) and job not in (old_job, None), (point, running)
+    assert [s for s in w.sim.flink.starts if s[0] == job] == [(job, sps[0])], w.sim.flink.starts
+    assert all(not backend.starts for backend in w.sim.sessions.values())
+    assert set(w.objects()) == {""}, (point, w.objects())
+    assert set(w.root_annotations()) <= {r.ANNOTATION_LIVE} and Pointers.of(
+        w.cluster.kube.get("ConfigMap", w.cluster.namespace, f"{APP}-root")) == Pointers(live=""), point
+
+
+@pytest.mark.parametrize("path", ["upgrade", "abort", "rollback"])
 def test_the_crash_points_are_every_record_write_of_each_path(world: World, path: str) -> None:
     """One crash point per record write of each path, no more (a point past the last write would only skip):
     when the executor writes more or fewer records, the points above must change with it."""
@@ -361,13 +416,18 @@ def test_the_crash_points_are_every_record_write_of_each_path(world: World, path
     a, _ = _running_app(w)
     if path == "abort":
         w.sim.stuck = TM_CRASH_LOOP
+    if path == "rollback":
+        w.sim.run_failure = BAD_SUBMIT
     before = a.store.writes
     done = a.rec.apply(w.revs[1])
     res = done.results[APP]
     assert res.outcome is (Outcome.SUCCESS if path == "upgrade" else Outcome.FAILURE), res.message
+    assert res.rolled_back is (path == "rollback"), res.message
     ap = done.plan.app(APP)
     assert [s.type for s in ap.steps] == ["StartStandbyCluster", "StopWithSavepoint", "PromoteStandby", "StartJob",
                                           "AwaitRunning", "AwaitHealthy", "DeleteRetiredCluster"]
     assert [s.type for s in ap.abort] == ["DiscardStandby"]
-    points = UPGRADE_POINTS if path == "upgrade" else ABORT_POINTS
+    by_path: dict[str, list[tuple[str, Any]]] = {"upgrade": UPGRADE_POINTS, "abort": ABORT_POINTS,
+                                                 "rollback": ROLLBACK_POINTS}
+    points = by_path[path]
     assert a.store.writes - before == max(n for k, n in points if k == "write")
