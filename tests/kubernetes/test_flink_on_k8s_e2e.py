@@ -36,6 +36,7 @@ rewind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -266,32 +267,33 @@ def api_env(url: str, ns: str) -> dict[str, str]:
             "KUBERNETES_AUTH_TRYSERVICEACCOUNT": "false"}
 
 
-@pytest.fixture(scope="module")
-def world(_standin: Standin | None, flink_home: Path, counter_jar: Path,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sWorld]:
-    if _standin is None or KUBECONFIG:
+@contextlib.contextmanager
+def k8s_world(standin: Standin | None, flink_home: Path, counter_jar: Path, tmp: Path, *, ns_prefix: str,
+              poll_interval: float) -> Iterator[K8sWorld]:
+    """The stand-in API server, a process node running real Flink for its pods, the data claim, and the
+    runtime with the HA rule off (the no-HA tests need it): one per module."""
+    if standin is None or KUBECONFIG:
         pytest.skip("needs the stand-in: on a real API server the pods would need its service proxy to reach "
                     "127.0.0.x (refused)")
     if (why := needs_root_reason()) is not None:
         pytest.skip(why)
-    tmp = tmp_path_factory.mktemp("k8s-e2e")
     usrlib = tmp / "image-usrlib"
     usrlib.mkdir()
     shutil.copy(counter_jar, usrlib / "counter.jar")
     cfg = k8s_client.Configuration()
-    cfg.host = _standin.url
+    cfg.host = standin.url
     cfg.api_key["BearerToken"] = "Bearer stand-in-token"
     api = k8s_client.ApiClient(cfg)
-    ns = f"fr-e2e-{os.getpid()}"
-    _standin.set_auto_ready(False)
-    rt = NoHaRuleRuntime(api, clock=SystemClock(), namespaces=[ns], rest_via="proxy", poll_interval=0.5)
+    ns = f"{ns_prefix}-{os.getpid()}"
+    standin.set_auto_ready(False)
+    rt = NoHaRuleRuntime(api, clock=SystemClock(), namespaces=[ns], rest_via="proxy", poll_interval=poll_interval)
     # The data claim (ReadWriteMany in a real cluster): state dirs and the job's output.
     rt.kube.request("POST", f"/api/v1/namespaces/{ns}/persistentvolumeclaims", body={
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM},
         "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "5Gi"}}}})
     node = ProcessNode(k8s_client.ApiClient(cfg), namespaces=[ns], workdir=tmp / "node", flink_home=flink_home,
                        images={IMAGE: Image(flink=True, usrlib=usrlib)}, backoff_base_s=2.0,
-                       pod_env=api_env(_standin.url, ns))
+                       pod_env=api_env(standin.url, ns))
     with node, Journal(tmp / "state" / "journal.sqlite", SystemClock()) as journal:
         try:
             yield K8sWorld(api, ns, node, rt, journal, tmp / "state")
@@ -301,7 +303,15 @@ def world(_standin: Standin | None, flink_home: Path, counter_jar: Path,
             for name, text in node.all_logs():
                 if "Exception" in text or "ERROR" in text:
                     print(f"--- {name} (tail)\n{text[-1500:]}")
-    _standin.set_auto_ready(True)
+    standin.set_auto_ready(True)
+
+
+@pytest.fixture(scope="module")
+def world(_standin: Standin | None, flink_home: Path, counter_jar: Path,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sWorld]:
+    with k8s_world(_standin, flink_home, counter_jar, tmp_path_factory.mktemp("k8s-e2e"), ns_prefix="fr-e2e",
+                   poll_interval=0.5) as w:
+        yield w
 
 
 def test_create_runs_the_job_with_taskmanagers_as_a_statefulset_with_a_pvc(world: K8sWorld) -> None:

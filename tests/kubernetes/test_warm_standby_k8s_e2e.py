@@ -18,8 +18,6 @@ The app runs without HA through the e2e module's `NoHaRuleRuntime` (see test_fli
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,9 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s_client
 
-from reconciler.apply.journal import Journal
 from reconciler.clock import SystemClock
 from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action, AppPlan, ClusterStrategy, StartJob
@@ -41,20 +37,15 @@ from reconciler.live.flink import FlinkRestClient
 from reconciler.live.kubernetes import HA_CONFIGMAP_SELECTOR, KubernetesRuntime, Pointers, ha_configmap_cluster_id
 from reconciler.spec.model import FlinkApp
 from tests.fixtures.flink import wait_until
-from tests.kubernetes.conftest import KUBECONFIG
-from tests.kubernetes.process_node import Image, ProcessNode, needs_root_reason
 from tests.kubernetes.standin import Standin
 from tests.kubernetes.test_flink_on_k8s_e2e import (
     APP,
     CHILD,
-    CLAIM,
     HA_APP,
-    IMAGE,
     K8sWorld,
-    NoHaRuleRuntime,
-    api_env,
     app_spec,
     ha_spec,
+    k8s_world,
 )
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.flink, pytest.mark.slow]
@@ -72,38 +63,9 @@ def spec(ns: str, memory: str, *, ha: bool = False) -> FlinkApp:
 @pytest.fixture(scope="module")
 def world(_standin: Standin | None, flink_home: Path, counter_jar: Path,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sWorld]:
-    if _standin is None or KUBECONFIG:
-        pytest.skip("needs the stand-in: on a real API server the pods would need its service proxy to reach "
-                    "127.0.0.x (refused)")
-    if (why := needs_root_reason()) is not None:
-        pytest.skip(why)
-    tmp = tmp_path_factory.mktemp("k8s-ws")
-    usrlib = tmp / "image-usrlib"
-    usrlib.mkdir()
-    shutil.copy(counter_jar, usrlib / "counter.jar")
-    cfg = k8s_client.Configuration()
-    cfg.host = _standin.url
-    cfg.api_key["BearerToken"] = "Bearer stand-in-token"
-    api = k8s_client.ApiClient(cfg)
-    ns = f"fr-ws-{os.getpid()}"
-    _standin.set_auto_ready(False)
-    rt = NoHaRuleRuntime(api, clock=SystemClock(), namespaces=[ns], rest_via="proxy", poll_interval=0.3)
-    rt.kube.request("POST", f"/api/v1/namespaces/{ns}/persistentvolumeclaims", body={
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM},
-        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "5Gi"}}}})
-    node = ProcessNode(k8s_client.ApiClient(cfg), namespaces=[ns], workdir=tmp / "node", flink_home=flink_home,
-                       images={IMAGE: Image(flink=True, usrlib=usrlib)}, backoff_base_s=2.0,
-                       pod_env=api_env(_standin.url, ns))
-    with node, Journal(tmp / "state" / "journal.sqlite", SystemClock()) as journal:
-        try:
-            yield K8sWorld(api, ns, node, rt, journal, tmp / "state")
-        finally:
-            if node.errors:
-                print("process node errors:", *node.errors[-5:], sep="\n")
-            for name, text in node.all_logs():
-                if "Exception" in text or "ERROR" in text:
-                    print(f"--- {name} (tail)\n{text[-1500:]}")
-    _standin.set_auto_ready(True)
+    with k8s_world(_standin, flink_home, counter_jar, tmp_path_factory.mktemp("k8s-ws"), ns_prefix="fr-ws",
+                   poll_interval=0.3) as w:
+        yield w
 
 
 def live_pods(w: K8sWorld) -> list[Obj]:
