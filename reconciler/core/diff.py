@@ -57,10 +57,20 @@ def _value(doc: dict[str, Any], path: str) -> Any:
     return resolve_pointer(doc, path, _MISSING)
 
 
+def pointer_tokens(pointer: str) -> tuple[str, ...]:
+    """The unescaped tokens of a JSON pointer (RFC 6901: '~1' is '/', '~0' is '~')."""
+    return tuple(t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:])
+
+
+def field_name(pointer: str) -> str:
+    """The field a change is in, as users write it: 'spec.job.args' for '/spec/job/args/2' (list indexes
+    folded, at most 4 levels; a Flink key keeps its dots)."""
+    return ".".join([t for t in pointer_tokens(pointer) if not t.isdigit()][:4])
+
+
 def class_of(pointer: str) -> ChangeClass:
     """The change class of a JSON pointer into a FlinkApp document."""
-    tokens = tuple(t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:])
-    return _class_of(tokens)
+    return _class_of(pointer_tokens(pointer))
 
 
 @cache

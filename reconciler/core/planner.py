@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, Literal
 
-from reconciler.core.diff import diff, highest_class
+from reconciler.core.diff import diff, field_name, highest_class
 from reconciler.core.observed import (
     ClusterPhase,
     JobPhase,
@@ -808,10 +808,7 @@ def _changed_fields(changes: tuple[FieldChange, ...], at_least: ChangeClass) -> 
     for c in changes:
         if c.change_class < at_least:
             continue
-        parts = [p for p in c.path.split("/")[1:] if not p.isdigit()]
-        if parts[:2] == ["spec", "flinkConfiguration"] and len(parts) > 2:
-            parts = [*parts[:2], parts[2].replace("~1", "/").replace("~0", "~")]
-        name = ".".join(parts[:4])
+        name = field_name(c.path)
         if name not in fields:
             fields.append(name)
     shown = ", ".join(fields[:4]) + (f" and {len(fields) - 4} more" if len(fields) > 4 else "")

@@ -10,7 +10,7 @@ rescale fails or Flink does not adopt it in time; see `reconciler.apply.rescale`
 
 from __future__ import annotations
 
-from reconciler.core.diff import highest_class
+from reconciler.core.diff import field_name, highest_class
 from reconciler.core.observed import JobPhase, LiveApp
 from reconciler.core.plan import Action, AppPlan, AwaitHealthy, FieldChange, RescaleInPlace
 from reconciler.spec.model import ChangeClass, FlinkApp
@@ -55,7 +55,7 @@ def _why_not(upgrade: AppPlan, desired: FlinkApp, previous: FlinkApp | None, liv
     if new > tm.replicas * tm.slots:
         return (f"parallelism {new} needs {new} task slots and the running cluster has {tm.replicas * tm.slots} "
                 f"(taskManager.replicas {tm.replicas} x slots {tm.slots}), so it is not a parallelism-only change")
-    others = sorted({_field(c.path) for c in changes
+    others = sorted({field_name(c.path) for c in changes
                      if c.change_class >= ChangeClass.SCALE and c.path != PARALLELISM_PATH})
     if others:
         return f"{', '.join(others[:3])} changed too ({highest_class(changes).label}), not only the parallelism"
@@ -64,8 +64,3 @@ def _why_not(upgrade: AppPlan, desired: FlinkApp, previous: FlinkApp | None, liv
         return "checkpointing is off (execution.checkpointing.interval unset), and the rescale restarts the " \
                "job's tasks from its latest checkpoint"
     return None
-
-
-def _field(path: str) -> str:
-    parts = [p.replace("~1", "/").replace("~0", "~") for p in path.split("/")[1:] if not p.isdigit()]
-    return ".".join(parts[:4])
