@@ -41,13 +41,18 @@ def make_service(settings: Settings, metrics: Metrics, clock: Clock) -> Reconcil
 def make_auto_sharded(settings: Settings, metrics: Metrics | None, clock: Clock) -> ShardedService:
     """`shard: auto`: the shard Leases (in `lease_namespace`, default $POD_NAMESPACE) kept by a thread,
     and per held shard a Reconciler whose records are fenced by that shard's Lease."""
-    import os
-    import socket
     import threading
 
     from reconciler.apply.journal import Journal
-    from reconciler.core.planner import Policy
-    from reconciler.daemon.service import Reconciler, make_record_store, make_reporter, make_runtime, make_source
+    from reconciler.daemon.service import (
+        Reconciler,
+        lease_identity,
+        make_policy,
+        make_record_store,
+        make_reporter,
+        make_runtime,
+        make_source,
+    )
     from reconciler.live.kubernetes import KubernetesRuntime
     from reconciler.spec.policy import SpecPolicy
 
@@ -61,8 +66,7 @@ def make_auto_sharded(settings: Settings, metrics: Metrics | None, clock: Clock)
     api = runtime if isinstance(runtime, KubernetesRuntime) else make_runtime(
         settings.model_copy(update={"dry_run": False}), clock)
     assert isinstance(api, KubernetesRuntime)
-    namespace = settings.lease_namespace or os.environ.get("POD_NAMESPACE") or (settings.namespaces or ("default",))[0]
-    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    namespace, identity = lease_identity(settings)
     leases = ShardLeases(api.kube.api_client, clock=clock, namespace=namespace, lease_name=settings.lease_name,
                          shards=settings.shards, identity=identity)
     source = make_source(settings)
@@ -74,8 +78,7 @@ def make_auto_sharded(settings: Settings, metrics: Metrics | None, clock: Clock)
         return Reconciler(
             source=shard_source, runtime=runtime, journal=Journal(settings.state_dir / "journal", clock, store=store),
             clock=clock, subdir=settings.path, shard=shard, leader=lambda: leases.holds(shard.index),
-            policy=Policy(prune=settings.prune, mass_delete_fraction=settings.mass_delete_threshold,
-                          mass_delete_min=settings.mass_delete_min_apps),
+            policy=make_policy(settings),
             reporter=reporter, metrics=metrics, target_url=settings.status_target_url,
             max_parallel=settings.max_parallel, runtime_name=settings.runtime,
             spec_policy=SpecPolicy(settings.spec_policy))

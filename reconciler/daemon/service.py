@@ -541,20 +541,30 @@ def _leader_election(settings: Settings, runtime: Runtime | None, clock: Clock
     Returns (the LeaseElector or None, a function that stops it)."""
     if not settings.leader_election:
         return None, None
-    import os
-    import socket
-
     from reconciler.live.kubernetes import KubernetesRuntime, LeaseElector
 
     if not isinstance(runtime, KubernetesRuntime):
         raise ConfigError("leader_election needs runtime: kubernetes")
-    namespace = settings.lease_namespace or os.environ.get("POD_NAMESPACE") or (settings.namespaces or ("default",))[0]
-    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    namespace, identity = lease_identity(settings)
     elector = LeaseElector(runtime.kube.api_client, clock=clock, namespace=namespace,
                            name=settings.shard_lease_name, identity=identity)
     stop = threading.Event()
     threading.Thread(target=elector.run, args=(stop,), name="lease", daemon=True).start()
     return elector, stop.set
+
+
+def lease_identity(settings: Settings) -> tuple[str, str]:
+    """The namespace of the Leases and this replica's identity in them (the pod's, by the downward API)."""
+    import os
+    import socket
+
+    namespace = settings.lease_namespace or os.environ.get("POD_NAMESPACE") or (settings.namespaces or ("default",))[0]
+    return namespace, os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def make_policy(settings: Settings) -> Policy:
+    return Policy(prune=settings.prune, mass_delete_fraction=settings.mass_delete_threshold,
+                  mass_delete_min=settings.mass_delete_min_apps)
 
 
 def make_record_store(settings: Settings, runtime: Runtime | None,
@@ -606,8 +616,7 @@ def make_reconciler(settings: Settings, clock: Clock, *, metrics: Metrics | None
         journal=journal,
         clock=clock,
         subdir=settings.path,
-        policy=Policy(prune=settings.prune, mass_delete_fraction=settings.mass_delete_threshold,
-                      mass_delete_min=settings.mass_delete_min_apps),
+        policy=make_policy(settings),
         reporter=make_reporter(settings, source, clock) if report else None,
         metrics=metrics,
         target_url=settings.status_target_url,
