@@ -28,6 +28,7 @@ Prints one JSON line per change, then a JSON summary and a Markdown table of med
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shutil
 import statistics
@@ -44,7 +45,14 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.upgrade_bench import build_jar, git, job_args, stop_requests  # noqa: E402
+from bench.upgrade_bench import (  # noqa: E402
+    build_jar,
+    git,
+    job_args,
+    remove_cluster,
+    run_rounds,
+    stop_requests,
+)
 from reconciler.clock import SystemClock  # noqa: E402
 from reconciler.daemon.service import PassResult, make_reconciler  # noqa: E402
 from reconciler.live.local import LocalRuntime  # noqa: E402
@@ -253,24 +261,20 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="cluster-upgrade-bench-"))
     jar = args.jar or build_jar(root / "counter.jar")
     bench = Bench(args, root, jar)
-    rows: list[dict[str, Any]] = []
     try:
         t = time.monotonic()
         bench.create()
         print(json.dumps({"setup": "created app and cluster", "seconds": round(time.monotonic() - t, 2)}), flush=True)
         bench.observer.start()
-        for i in range(args.warmup + args.cycles):
-            for variant in VARIANTS:
-                time.sleep(args.settle)
-                row = bench.change(variant)
-                row["round"], row["warmup"] = i, i < args.warmup
-                assert row["restored_from_savepoint"], f"{variant}: the new job did not restore from a savepoint"
-                assert row["clusters"] == 1, f"{variant}: {row['clusters']} clusters of the app left"
-                want = {"args": "job-only", "warm": "warm-standby", "cold": "cold"}[variant]
-                assert row["strategy"] == want, f"{variant}: planned {row['strategy']}, expected {want}"
-                print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
-                if not row["warmup"]:
-                    rows.append(row)
+
+        def check(variant: str, row: dict[str, Any]) -> None:
+            assert row["restored_from_savepoint"], f"{variant}: the new job did not restore from a savepoint"
+            assert row["clusters"] == 1, f"{variant}: {row['clusters']} clusters of the app left"
+            want = {"args": "job-only", "warm": "warm-standby", "cold": "cold"}[variant]
+            assert row["strategy"] == want, f"{variant}: planned {row['strategy']}, expected {want}"
+
+        changes = [(v, functools.partial(bench.change, v)) for v in VARIANTS]
+        rows = run_rounds(args, changes, lambda: time.sleep(args.settle), check)
         summary = summarize(rows)
         print(json.dumps({"summary": summary}, indent=2))
         print()
@@ -280,12 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                                              "summary": summary, "rows": rows}, indent=2))
     finally:
         bench.observer.stop()
-        if args.keep:
-            print(f"kept: {root} (cluster of {APP} still running)", file=sys.stderr)
-        else:
-            bench.rt.delete_cluster(APP, deadline=time.monotonic() + 60)
-            bench.rt.close()
-            shutil.rmtree(root, ignore_errors=True)
+        remove_cluster(bench.rt, APP, root, keep=args.keep)
     return 0
 
 

@@ -30,6 +30,7 @@ Prints one JSON line per change, then a JSON summary and a Markdown table of med
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import shutil
@@ -47,7 +48,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.upgrade_bench import build_jar, git, job_args  # noqa: E402
+from bench.upgrade_bench import build_jar, git, job_args, remove_cluster, run_rounds  # noqa: E402
 from reconciler.clock import SystemClock  # noqa: E402
 from reconciler.daemon.service import PassResult, make_reconciler  # noqa: E402
 from reconciler.live.local import LocalRuntime  # noqa: E402
@@ -278,26 +279,22 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="rescale-bench-"))
     jar = args.jar or build_jar(root / "counter.jar")
     bench = Bench(args, root, jar)
-    rows: list[dict[str, Any]] = []
     try:
         t = time.monotonic()
         bench.create()
         print(json.dumps({"setup": "created app and cluster", "seconds": round(time.monotonic() - t, 2)}), flush=True)
         bench.watch.start()
-        for i in range(args.warmup + args.cycles):
-            for variant in VARIANTS:
-                time.sleep(args.settle)
-                row = bench.change(variant)
-                row["round"], row["warmup"] = i, i < args.warmup
-                if variant == "rescale":
-                    assert row["action"] == "scale" and row["same_job"], f"not rescaled in place: {row}"
-                    assert row["restored_savepoint"] is False, f"the rescale did not restore a checkpoint: {row}"
-                    assert set(row["parallelism"]) == {bench.parallelism}, row
-                else:
-                    assert not row["same_job"] and row["restored_savepoint"] is True, row
-                print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
-                if not row["warmup"]:
-                    rows.append(row)
+
+        def check(variant: str, row: dict[str, Any]) -> None:
+            if variant == "rescale":
+                assert row["action"] == "scale" and row["same_job"], f"not rescaled in place: {row}"
+                assert row["restored_savepoint"] is False, f"the rescale did not restore a checkpoint: {row}"
+                assert set(row["parallelism"]) == {bench.parallelism}, row
+            else:
+                assert not row["same_job"] and row["restored_savepoint"] is True, row
+
+        changes = [(v, functools.partial(bench.change, v)) for v in VARIANTS]
+        rows = run_rounds(args, changes, lambda: time.sleep(args.settle), check)
         summary = summarize(rows)
         print(json.dumps({"summary": summary}, indent=2))
         print()
@@ -307,12 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                                              "summary": summary, "rows": rows}, indent=2))
     finally:
         bench.watch.stop()
-        if args.keep:
-            print(f"kept: {root} (cluster of {APP} still running)", file=sys.stderr)
-        else:
-            bench.rt.delete_cluster(APP, deadline=time.monotonic() + 60)
-            bench.rt.close()
-            shutil.rmtree(root, ignore_errors=True)
+        remove_cluster(bench.rt, APP, root, keep=args.keep)
     return 0
 
 

@@ -47,7 +47,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -439,6 +439,33 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def run_rounds(args: argparse.Namespace, changes: Sequence[tuple[str, Callable[[], dict[str, Any]]]],
+               before: Callable[[], None], check: Callable[[str, dict[str, Any]], None]) -> list[dict[str, Any]]:
+    """`args.warmup` unmeasured then `args.cycles` measured rounds of every change in order (`before` each);
+    each row is checked and printed as a JSON line. The measured rows."""
+    rows: list[dict[str, Any]] = []
+    for i in range(args.warmup + args.cycles):
+        for name, change in changes:
+            before()
+            row = change()
+            row["round"], row["warmup"] = i, i < args.warmup
+            check(name, row)
+            print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+            if not row["warmup"]:
+                rows.append(row)
+    return rows
+
+
+def remove_cluster(rt: LocalRuntime, app: str, root: Path, *, keep: bool) -> None:
+    """The bench's cluster and temp dir deleted, or (`keep`) left in place and named."""
+    if keep:
+        print(f"kept: {root} (cluster of {app} still running)", file=sys.stderr)
+        return
+    rt.delete_cluster(app, deadline=time.monotonic() + 60)
+    rt.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
 # ---------------------------------------------------------------------------------------------- main
 
 
@@ -460,7 +487,6 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="upgrade-bench-"))
     jar = args.jar or build_jar(root / "counter.jar")
     bench = Bench(args, root, jar)
-    rows: list[dict[str, Any]] = []
     try:
         t = time.monotonic()
         bench.create()
@@ -468,17 +494,11 @@ def main(argv: list[str] | None = None) -> int:
         bench.observer = Observer(bench.url, args.observe_poll)
         bench.observer.start()
         order: list[tuple[str, Callable[[], dict[str, Any]]]] = [("A", bench.cycle_a), ("B", bench.cycle_b)]
-        for i in range(args.warmup + args.cycles):
-            for name, fn in order:
-                bench.settle()
-                row = fn()
-                row["round"] = i
-                row["warmup"] = i < args.warmup
-                assert row["restored_from_savepoint"], f"{name}: the new job did not restore from a savepoint"
-                print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}),
-                      flush=True)
-                if not row["warmup"]:
-                    rows.append(row)
+
+        def check(name: str, row: dict[str, Any]) -> None:
+            assert row["restored_from_savepoint"], f"{name}: the new job did not restore from a savepoint"
+
+        rows = run_rounds(args, order, bench.settle, check)
         summary = summarize(rows)
         doc = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
                "summary": summary, "cycles": rows, "observer_errors": bench.observer.errors}
@@ -491,12 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         if bench.observer:
             bench.observer.stop()
         bench.http.close()
-        if args.keep:
-            print(f"kept: {root} (cluster of {APP} still running)", file=sys.stderr)
-        else:
-            bench.rt.delete_cluster(APP, deadline=time.monotonic() + 60)
-            bench.rt.close()
-            shutil.rmtree(root, ignore_errors=True)
+        remove_cluster(bench.rt, APP, root, keep=args.keep)
     return 0
 
 
