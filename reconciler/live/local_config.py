@@ -210,7 +210,7 @@ class ClusterPaths:
 
     @property
     def record(self) -> Path:
-        return self.root / "cluster.json"
+        return self.slot("cluster")
 
     def slot(self, name: str) -> Path:
         """The record file of the app's live cluster ("cluster"), its standby or its retired cluster."""
