@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import urllib3
@@ -48,6 +48,9 @@ from reconciler.errors import (
 from reconciler.live import k8s_render as r
 from reconciler.live.ports import ClusterInfo, FlinkApi
 from reconciler.spec.model import FlinkApp, JobState
+
+if TYPE_CHECKING:
+    from reconciler.live.flink import FlinkRestClient
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -835,15 +838,18 @@ class KubernetesRuntime:
             self.clock.sleep(min(self.poll_interval, max(0.0, deadline - self.clock.monotonic())))
 
     def flink(self, app: str) -> FlinkApi:
-        from reconciler.live.flink import FlinkRestClient  # lazy: keeps this module importable alone
-
         ns = self._namespace(app)
         if ns is None:
             self.observe(app)
             ns = self._namespace(app)
         if ns is None:
             raise ObserveError(f"{app} has no cluster in namespaces {', '.join(self.namespaces)}")
-        base = self._rest_url(app, ns)
+        return self._rest_client(self._rest_url(app, ns))
+
+    def _rest_client(self, base: str) -> FlinkRestClient:
+        """A Flink REST client for `base`, through the API server's proxy when rest_via says so."""
+        from reconciler.live.flink import FlinkRestClient  # lazy: keeps this module importable alone
+
         if self.rest_via == "proxy":
             return FlinkRestClient(base, client=self._proxy_client())
         return FlinkRestClient(base)
@@ -897,11 +903,9 @@ class KubernetesRuntime:
     def _warm_up(self, app: FlinkApp, generation: str) -> None:
         """Before the old job stops: the job graph compiled once on the standby's JobManager (`POST
         /jars/job.jar/plan`), so the submit after the stop finds the program's classes loaded."""
-        from reconciler.live.flink import FlinkRestClient, FlinkRestError
+        from reconciler.live.flink import FlinkRestError
 
-        base = self._rest_url(app.name, app.metadata.namespace, generation)
-        client = FlinkRestClient(base, client=self._proxy_client()) if self.rest_via == "proxy" \
-            else FlinkRestClient(base)
+        client = self._rest_client(self._rest_url(app.name, app.metadata.namespace, generation))
         job = app.spec.job
         try:
             client.plan_jar(r.STAGED_JAR, entry_class=job.entry_class, args=job.args, parallelism=job.parallelism)
@@ -1082,10 +1086,8 @@ class KubernetesRuntime:
             elif not all(ok for _, (ok, _) in ready):
                 why = "; ".join(f"{w['metadata']['name']}: {m or 'not available'}" for w, (ok, m) in ready if not ok)
             else:
-                from reconciler.live.flink import FlinkRestClient  # lazy, as in flink()
                 base = self._rest_url(app.name, ns, generation)
-                client = FlinkRestClient(base, client=self._proxy_client()) if self.rest_via == "proxy" \
-                    else FlinkRestClient(base)
+                client = self._rest_client(base)
                 try:
                     ov = client.overview()
                     if ov.taskmanagers >= want_tms and ov.slots_total >= want_tms * slots:
