@@ -210,7 +210,7 @@ class ShardLeases:
             mine = sorted(i for i, el in self.electors.items() if el.is_leader())
             self._surrender &= set(mine)
             keep = [i for i in mine if i not in self._surrender]
-            for i in reversed(keep[limit:] if len(keep) > limit else []):
+            for i in reversed(keep[limit:]):
                 log.info("shard leases: %d live replicas, at most %d shards each: giving shard %d up",
                          self._live, limit, i)
                 self._surrender.add(i)
