@@ -221,8 +221,9 @@ def app_selector(app: str) -> str:
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_NAME}=flink"
 
 
-def rest_service_url(app: str, namespace: str) -> str:
-    return f"http://{app}-rest.{namespace}.svc:{REST_PORT}"
+def rest_service_url(app: str, namespace: str, generation: str = "") -> str:
+    """The in-cluster REST address of the app's cluster `generation` (its `rest` Service)."""
+    return f"http://{object_names(app, generation)['rest']}.{namespace}.svc:{REST_PORT}"
 
 
 def _jar(app: FlinkApp) -> tuple[str | None, str | None]:

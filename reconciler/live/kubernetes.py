@@ -1177,11 +1177,10 @@ class KubernetesRuntime:
     def _rest_url(self, app: str, ns: str, generation: str | None = None) -> str:
         """The REST address of cluster `generation` of `app` (default: the live one)."""
         gen = self._live_gen.get(app, "") if generation is None else generation
-        name = r.object_names(app, gen)["rest"]
         if self.rest_via == "proxy":
-            svc = urllib.parse.quote(f"{name}:{r.REST_PORT}")
+            svc = urllib.parse.quote(f"{r.object_names(app, gen)['rest']}:{r.REST_PORT}")
             return f"{self.kube.host}/api/v1/namespaces/{ns}/services/{svc}/proxy"
-        return f"http://{name}.{ns}.svc:{r.REST_PORT}"
+        return r.rest_service_url(app, ns, gen)
 
     def _proxy_client(self) -> httpx.Client:
         """An httpx client with the API server's credentials (token, client cert, CA) from the loaded config.
