@@ -419,10 +419,9 @@ def test_generation_failure_counts_only_containers_that_ended_with_an_error() ->
 
 # ---- Flink's HA data between two jobs of one app -------------------------------------------------
 
-def _ha_configmap(c: Cluster, name: str, app_name: str, *, ha: bool = True) -> None:
+def _ha_configmap(c: Cluster, name: str, app_name: str) -> None:
     """A ConfigMap as Flink 2.3's Kubernetes HA services label it (seen with the process node: no
-    `configmap-type` label). `ha=False`: someone else's ConfigMap with the same labels (not an HA name)."""
-    del ha
+    `configmap-type` label). Only its name tells Flink's HA data from someone else's with the same labels."""
     labels = {"app": app_name, "type": "flink-native-kubernetes"}
     c.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels},
               "data": {"leader": "x"}}, manager="flink")
@@ -462,7 +461,7 @@ def test_start_job_with_ha_removes_the_old_jobmanager_then_flinks_ha_data_of_ano
     _ha_configmap(cluster, "counter-cluster-config-map", "counter")
     _ha_configmap(cluster, f"counter-{'a' * 32}-config-map", "counter")
     _ha_configmap(cluster, "other-cluster-config-map", "other")  # another app's HA data
-    _ha_configmap(cluster, "counter-notes", "counter", ha=False)  # someone's ConfigMap with a common label
+    _ha_configmap(cluster, "counter-notes", "counter")  # someone's ConfigMap with a common label
     standin_only.api.reset_log()
     assert rt.start_job(a, job_id=handler.job_id, jar=None, restore_path="s3://b/sp-1",
                         allow_non_restored_state=False, deadline=deadline(cluster, 30)) == handler.job_id
