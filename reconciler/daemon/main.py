@@ -77,7 +77,10 @@ def make_auto_sharded(settings: Settings, metrics: Metrics | None, clock: Clock)
         store = ShardRecordStore(make_record_store(settings, runtime, elector), shard)
         return Reconciler(
             source=shard_source, runtime=runtime, journal=Journal(settings.state_dir / "journal", clock, store=store),
-            clock=clock, subdir=settings.path, shard=shard, leader=lambda: leases.holds(shard.index),
+            clock=clock, subdir=settings.path, shard=shard,
+            # the Lease, not `holds`: a pass of a shard being given up still holds it (release waits for the pass)
+            # and must report what it did; new passes are gated by `leases.reconciling`
+            leader=elector.is_leader,
             policy=make_policy(settings),
             reporter=reporter, metrics=metrics, target_url=settings.status_target_url,
             max_parallel=settings.max_parallel, runtime_name=settings.runtime,
