@@ -184,6 +184,7 @@ class Executor:
         plan was computed against a half-done state, so they are refused (FAILURE, nothing touched); one that
         `resume_all` parked (a stop whose outcome is unknown) is refused so until its transition ends."""
         todo = [a for a in plan.apps if a.action is not Action.NOOP]
+        self._stamp_revision(plan.revision)
         return self._parallel(todo, lambda a: a.app, lambda a: self._guarded(a.app, a.action,
                                                                             lambda: self.run_app(plan.revision, a)))
 
@@ -212,16 +213,16 @@ class Executor:
         for i in self.journal.all_inflight().values():
             by_revision.setdefault(i.revision, []).append(i)
         results: dict[str, AppResult | None] = {}
-        for revision, pending in sorted(by_revision.items()):
-            self._stamp_revision(revision)
+        for _, pending in sorted(by_revision.items()):  # resume() stamps the group's revision
             results.update(self._parallel(
                 pending, lambda i: i.app, lambda i: self._guarded(i.app, i.plan.action, lambda: self.resume(i.app))))
         return {k: v for k, v in results.items() if v is not None}
 
     def _stamp_revision(self, revision: str) -> None:
-        """A runtime that stamps its objects with the revision (Kubernetes) must stamp a resumed execution's
-        own: another one (a new replica's "unknown", an older pass's) changes a Deployment's annotations, which
-        rolls its pods (a warm standby's session cluster restarted, a just-submitted job's JobManager too)."""
+        """The one place a runtime that stamps its objects with the revision (Kubernetes) learns it; the Runtime
+        protocol keeps it out of every call. A resumed execution stamps its own: another one (a new replica's
+        "unknown", an older pass's) changes a Deployment's annotations, which rolls its pods (a warm standby's
+        session cluster restarted, a just-submitted job's JobManager too)."""
         if hasattr(self.runtime, "revision"):
             self.runtime.revision = revision
 

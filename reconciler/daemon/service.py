@@ -316,10 +316,6 @@ class Reconciler:
             else:
                 assert rev is not None
                 the_plan = self.plan(rev, only=only)
-            if self.runtime is not None and hasattr(self.runtime, "revision"):
-                # Runtimes that stamp objects with the revision (Kubernetes) learn it here; the Runtime
-                # protocol keeps it out of every call.
-                self.runtime.revision = the_plan.revision
             if self.leader is not None and not self.leader():
                 log.warning("lost the lease while planning %s: nothing executed", the_plan.revision[:12])
                 return PassResult(the_plan.revision, the_plan, {}, resumed)
