@@ -17,7 +17,13 @@ from reconciler.core.plan import ClusterStrategy
 from reconciler.daemon.service import Reconciler
 from reconciler.errors import PermanentStepError
 from reconciler.live import k8s_render as r
-from reconciler.live.kubernetes import HA_CONFIGMAP_SELECTOR, KubernetesRuntime, Pointers, ha_configmap_cluster_id
+from reconciler.live.kubernetes import (
+    HA_CONFIGMAP_SELECTOR,
+    KubernetesRuntime,
+    Pointers,
+    ha_configmap_cluster_id,
+    quantity,
+)
 from reconciler.live.ports import StandbyRuntime
 from reconciler.source.git import GitSource
 from reconciler.spec.model import FlinkApp
@@ -329,3 +335,10 @@ def test_the_daemons_pass_plans_cold_what_the_runtime_says_would_not_fit(tmp_pat
     assert ap.cluster_strategy is ClusterStrategy.COLD, ap.reason
     assert "cold: the namespace quota does not fit a second cluster" in ap.reason
     assert runtime.asked == [["orders"], ["orders"]]
+
+
+@pytest.mark.parametrize(("text", "value"), [("500m", 0.5), ("2", 2.0), ("1408Mi", 1408 * 2.0**20),
+                                             ("1E", 1e18), ("1Ei", 2.0**60), ("1E3", 1000.0), ("3k", 3000.0)])
+def test_quota_quantities_in_every_kubernetes_suffix(text: str, value: float) -> None:
+    """A quota written in exa units must not fail the whole pass (it raised ValueError)."""
+    assert quantity(text) == value
