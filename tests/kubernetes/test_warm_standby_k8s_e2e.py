@@ -192,6 +192,9 @@ def kill_at(w: K8sWorld, ap: AppPlan, rev: str, step: int) -> None:
         child.send_signal(signal.SIGKILL)
         out = child.communicate(timeout=10)[0].decode(errors="replace")
     assert child.returncode == -signal.SIGKILL, out
+    # The child may have journaled once more between our last read and the SIGKILL: read the record as a
+    # new process would (acting on the cached version is what the store's fencing refuses).
+    w.journal.refresh()
 
 
 @pytest.mark.parametrize(("moment", "step", "memory"), [("standby-ready", 0, "1408m"), ("promoted", 2, "1472m")])
