@@ -271,6 +271,12 @@ class Journal:
             return Records(apps={app: self._app_record(app, r.doc) for app, r in sorted(self._records().items())
                                  if not r.doc.get("forgotten")})
 
+    def source_files(self) -> frozenset[str]:
+        """The spec files the apps on record came from, as last read (no round trip to the store)."""
+        with self._mutex:
+            return frozenset(f for r in self._records().values()
+                             if isinstance(f := (r.doc.get("record") or {}).get("source_file"), str))
+
     def record(self, app: str) -> AppRecord | None:
         doc = self._doc(app)
         if doc is None or doc.get("forgotten"):

@@ -186,12 +186,19 @@ class Reconciler:
                 return self._loaded
             if changed is None:
                 changed = self._changed_paths(rev)
-            result = self._loaded.update(spec_paths(self.source.read_paths(rev, sorted(changed))))
+            result = self._loaded.update(spec_paths(self.source.read_paths(rev, sorted(changed))),
+                                         parse=self._own_files())
         else:
             result = load_files(spec_paths(self.source.read_tree(rev, self.subdir, SPEC_SUFFIXES)),
-                                policy=self.spec_policy, keep=self.shard.owns if self.shard else None)
+                                policy=self.spec_policy, keep=self.shard.owns if self.shard else None,
+                                parse=self._own_files())
         self._loaded, self._loaded_rev = result, rev
         return result
+
+    def _own_files(self) -> frozenset[str]:
+        """A shard parses the files its apps came from even when their lines now name another shard's app:
+        a file that broke, or whose app was renamed, must still protect (or delete) the app it held."""
+        return self.journal.source_files() if self.shard is not None else frozenset()
 
     def _changed_paths(self, rev: str) -> set[str]:
         assert self._loaded_rev is not None

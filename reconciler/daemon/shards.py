@@ -6,7 +6,9 @@ shard (two shards would then both act on it), and an app known only from a recor
 cluster left behind has nothing but its name. A shard's daemon sees only its own apps everywhere it
 looks (specs, records, clusters), so its plan, its prune decisions and its mass-deletion guard count its
 own apps only. Errors no app can be named for (an unreadable file) stay visible to every shard: such a
-file may hold any shard's app, so it blocks deletions everywhere.
+file may hold any shard's app, so it blocks deletions everywhere. A file whose lines plainly name
+another shard's app is not even parsed (spec/prescan.py); a shard always parses the files its own apps
+came from, so an app whose file broke or was renamed away is still protected by its own shard.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ Two parsers, one meaning. The fast path parses with libyaml (PyYAML's C loader) 
 core-schema scalars (only true/false are booleans, no sexagesimal ints) and duplicate-key checks, so
 10,000 specs load in about a second. Only when a document fails validation is the file re-parsed
 with ruamel.yaml's round-trip loader, which knows where every key and value sits, to locate the
-error. A bad file invalidates only its own apps.
+error. A bad file invalidates only its own apps. A shard (`keep`) does not parse a file whose lines
+show it holds another shard's app (spec/prescan.py), unless told to (`parse`: the files its own apps
+came from, so a file that broke or changed hands is always seen by the shard that had it).
 
 A file is *broken* (listed in `LoadResult.broken_files`) when it has any error, including holding no
 app at all (empty, comments only, a null document) or not being readable as a regular file (a
@@ -20,7 +22,7 @@ import difflib
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ from ruamel.yaml.error import MarkedYAMLError
 from reconciler.errors import SpecError, SpecLimitError
 from reconciler.spec.model import API_VERSION, KIND, FlinkApp, valid_name
 from reconciler.spec.policy import SpecPolicy, violations
+from reconciler.spec.prescan import declared_name
 
 MAX_FILE_BYTES = 1 << 20  # a spec is a few KiB; anything near this is a mistake or an attack
 MAX_DOCUMENTS = 1000
@@ -133,29 +136,32 @@ class LoadResult:
     def apps_in(self, file: str) -> list[str]:
         return [n for n, a in self.apps.items() if a.file == file]
 
-    def update(self, changed: Mapping[str, bytes | Unreadable | None]) -> LoadResult:
-        """Re-parse only `changed` files (None: deleted); the incremental path of the daemon."""
+    def update(self, changed: Mapping[str, bytes | Unreadable | None], *,
+               parse: Collection[str] = ()) -> LoadResult:
+        """Re-parse only `changed` files (None: deleted); the incremental path of the daemon. `parse`: as
+        for `load_files`."""
         per_file = dict(self.by_file)
         for path, data in changed.items():
             if data is None:
                 per_file.pop(path, None)
             else:
-                per_file[path] = _only(_file_result(path, data, self.policy, self.keep), self.keep)
+                per_file[path] = _only(_file_result(path, data, self.policy, self.keep, path in parse), self.keep)
         return _combine(per_file, self.policy, self.keep)
 
 
 def load_files(files: Mapping[str, bytes | Unreadable], *, policy: SpecPolicy = SpecPolicy.RESTRICTED,
-               keep: Callable[[str], bool] | None = None) -> LoadResult:
+               keep: Callable[[str], bool] | None = None, parse: Collection[str] = ()) -> LoadResult:
     """Load every document of every file; collect errors instead of stopping at the first. `keep`: only
     the apps it accepts are kept. Errors no app can be named for (an unreadable file) are kept: that file
-    may hold any app. Duplicates stay detected: both copies of a name are kept or dropped together."""
-    return _combine({path: _only(_file_result(path, data, policy, keep), keep) for path, data in files.items()},
-                    policy, keep)
+    may hold any app. Duplicates stay detected: both copies of a name are kept or dropped together.
+    `parse`: files parsed even when their lines name an app `keep` refuses (see `load_file`)."""
+    return _combine({path: _only(_file_result(path, data, policy, keep, path in parse), keep)
+                     for path, data in files.items()}, policy, keep)
 
 
 def _file_result(path: str, data: bytes | Unreadable, policy: SpecPolicy,
-                 keep: Callable[[str], bool] | None = None) -> FileResult:
-    loaded, errors = load_file(path, data, keep=keep)
+                 keep: Callable[[str], bool] | None = None, parse: bool = False) -> FileResult:
+    loaded, errors = load_file(path, data, keep=keep, parse=parse)
     apps = []
     for la in loaded:
         refused = violations(la.app, policy)
@@ -264,11 +270,12 @@ def _read_one(path: Path) -> bytes | Unreadable:
         return Unreadable(f"cannot be read: {e.strerror}")
 
 
-def load_file(path: str, data: bytes | Unreadable, *,
-              keep: Callable[[str], bool] | None = None) -> tuple[list[LoadedApp], list[SpecError]]:
+def load_file(path: str, data: bytes | Unreadable, *, keep: Callable[[str], bool] | None = None,
+              parse: bool = False) -> tuple[list[LoadedApp], list[SpecError]]:
     """The apps and errors of one file. `keep` (a shard's): a document whose metadata.name is a valid app
     name `keep` refuses is not validated at all (its app and its errors would be dropped anyway); a
-    document without a readable name is validated, so its errors reach every shard."""
+    document without a readable name is validated, so its errors reach every shard. A file whose lines
+    name such an app (spec/prescan.py: exact where it answers) is not even parsed, unless `parse`."""
     if isinstance(data, Unreadable):
         return [], [SpecError(f"{data.reason}; its apps are left as they are", file=path)]
     if len(data) > MAX_FILE_BYTES:
@@ -278,6 +285,8 @@ def load_file(path: str, data: bytes | Unreadable, *,
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         return [], [SpecError(f"not UTF-8 text ({e.reason} at byte {e.start})", file=path)]
+    if keep is not None and not parse and (name := plain_name(text)) is not None and not keep(name):
+        return [], []  # another shard's app
     try:
         docs = _parse_all(text)
     except yaml.MarkedYAMLError as e:
@@ -324,6 +333,18 @@ def load_file(path: str, data: bytes | Unreadable, *,
             errors.extend(_spec_errors(e, path, i, doc, locator))
     return apps, errors
 
+
+def plain_name(text: str) -> str | None:
+    """The app name a spec file's lines declare (spec/prescan.py), when it is a valid app name that this
+    module's parser also reads as a string (not `null`, `true`, `123` or a date)."""
+    name = declared_name(text)
+    if name is None or not valid_name(name):
+        return None
+    tag = _RESOLVER.resolve(yaml.ScalarNode, name, (True, False))  # type: ignore[no-untyped-call]
+    return name if tag == "tag:yaml.org,2002:str" else None
+
+
+_RESOLVER = _Loader("")
 
 _DOC_SEPARATOR = re.compile(r"^---(?:[ \t]|$)", re.MULTILINE)
 

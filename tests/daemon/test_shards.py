@@ -201,3 +201,34 @@ def test_a_shard_validates_only_its_own_documents_and_loads_what_filtering_after
     assert load_file("b.yaml", files[f"apps/bad-{other}.yaml"], keep=Shard(0, 2).owns) == ([], [])
     assert len(whole.errors) > 16 and len(whole.apps) == 16
     assert load_file("b.yaml", files[f"apps/bad-{other}.yaml"])[1]  # validated, it has errors
+
+
+def test_another_shards_file_is_skipped_unparsed_unless_one_of_ours_came_from_it() -> None:
+    """A file whose lines name another shard's app is not parsed (a shard's start would otherwise parse
+    every file of the repository): its YAML error is that shard's. Unless `parse` names it: the file one
+    of our apps came from is always parsed, so its error reaches us."""
+    from reconciler.spec.load import load_files
+
+    theirs = next(f"their-{k}" for k in range(50) if not Shard(0, 2).owns(f"their-{k}"))
+    files = {"apps/theirs.yaml": (spec(theirs) + "  broken: [\n").encode()}
+    whole = load_files(files)
+    assert [e.app for e in whole.errors] == ["apps/theirs.yaml"]  # no app can be named: every shard's
+    assert load_files(files, keep=Shard(0, 2).owns).errors == ()
+    assert [e.app for e in load_files(files, keep=Shard(0, 2).owns, parse={"apps/theirs.yaml"}).errors] == [
+        "apps/theirs.yaml"]
+    assert [e.app for e in load_files(files, keep=Shard(1, 2).owns).errors] == ["apps/theirs.yaml"]
+
+
+def test_an_app_whose_file_now_names_another_shards_app_and_broke_is_not_deleted(
+        repo: Repo, tmp_path: Path) -> None:
+    """app-xx (shard 0) had apps/app-xx.yaml; an edit renames it to an app of shard 1 and breaks the YAML.
+    Shard 0 must still parse that file (its app came from it): the broken file protects app-xx."""
+    seed_records(repo, tmp_path)
+    mine = next(n for n in NAMES if shard_of(n, 2) == 0)
+    theirs = next(f"their-{k}" for k in range(50) if shard_of(f"their-{k}", 2) == 1)
+    repo.write(f"apps/{mine}.yaml", spec(theirs) + "  broken: [\n")
+    repo.commit("rename and break")
+    shard0 = reconciler(repo, tmp_path, prune=True, shards=2, shard=0)
+    plan = shard0.plan(shard0.source.head())
+    assert actions(plan)[mine] is not Action.DELETE
+    assert actions(plan)[f"apps/{mine}.yaml"] is Action.ERROR
