@@ -10,6 +10,10 @@ For each configuration (N apps, S shard processes; `--config 1000x1,10000x1,5000
 5. Idle: CPU (incl. the git processes, % of one core, summed over the processes) and RSS (largest
    process) over `--idle-seconds` (one drift interval by default, so one full pass is in the window).
 
+`50000x5@0` in `--config`: only shard 0 of 5 is started, alone on the machine (what one replica with a
+core of its own sees; the pushes and statuses are its apps only), next to `50000x5` where all five share
+this machine's cores.
+
 `--takeover 50000x5`: `shard: auto` instead, 5 replicas against the stand-in API server (tests/kubernetes/
 standin.py, in this process; dry run, specs the kubernetes runtime accepts): once every startup status is
 on the origin and each replica holds one shard, SIGKILL the holder of shard 0, push a commit changing 50
@@ -36,6 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.daemon_bench import CLK_TCK, proc_sample, wait
+from reconciler.daemon.shards import shard_of
 from tests.e2e.test_daemon_e2e import DaemonProc
 from tests.gitutil import GIT_ENV, Repo
 
@@ -112,27 +117,29 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def scale(root: Path, n: int, shards: int, *, push_every: float, stream_seconds: float,
-          idle_seconds: float) -> dict[str, Any]:
+          idle_seconds: float, only: int | None = None) -> dict[str, Any]:
     repo = Repo(root)
     for i in range(n):
         write_app(repo, i)
     head = repo.commit(f"{n} apps")
+    # the apps whose statuses are waited for: every app, or those of the one shard started
+    ids = [i for i in range(n) if only is None or shard_of(f"app-{i:05d}", shards) == only]
     t0 = time.time()
     procs = []
-    for s in range(shards):
+    for s in range(shards) if only is None else [only]:
         extra: dict[str, object] = {"shards": shards, "shard": s} if shards > 1 else {}
         procs.append(DaemonProc.start(root / f"daemon-{s}.log", repo_url=repo.origin, state_dir=root / f"state-{s}",
                                       dry_run=True, poll_interval=POLL, drift_interval=DRIFT, status_sink="notes",
                                       **extra))
-    out: dict[str, Any] = {"apps": n, "shards": shards, "poll_s": POLL, "drift_s": DRIFT}
+    out: dict[str, Any] = {"apps": n, "shards": shards, "poll_s": POLL, "drift_s": DRIFT, "only_shard": only}
     try:
         for d in procs:
             wait(lambda d=d: d.passes("startup") >= 1, 1800, "the startup pass", interval=0.5)
         out["first_pass_s"] = round(max(d.metric("flink_reconciler_sync_duration_seconds_sum", trigger="startup")
                                         for d in procs), 2)
         out["ready_s"] = round(time.time() - t0, 1)
-        wait(lambda: len(status_apps(origin_note(repo, head))) >= n, 1800, f"{n} statuses on the origin",
-             interval=0.5)
+        wait(lambda: len(status_apps(origin_note(repo, head))) >= len(ids), 1800,
+             f"{len(ids)} statuses on the origin", interval=0.5)
         out["startup_statuses_on_origin_s"] = round(time.time() - t0, 1)
         # A stream of one-app pushes, spanning a drift pass.
         lat: list[float] = []
@@ -140,7 +147,7 @@ def scale(root: Path, n: int, shards: int, *, push_every: float, stream_seconds:
         k = 0
         while time.monotonic() < t_end:
             t_slot = time.monotonic()
-            app = (k * 7919) % n
+            app = ids[(k * 7919) % len(ids)]
             k += 1
             write_app(repo, app, v=k + 1)
             sha = repo.commit(f"app {app}")
@@ -153,7 +160,7 @@ def scale(root: Path, n: int, shards: int, *, push_every: float, stream_seconds:
         out["push_to_status_s"] = {"n": len(lat), "p50": pct(lat, 0.5), "p99": pct(lat, 0.99),
                                    "max": round(max(lat), 3)}
         # One commit changing 100 apps.
-        apps = [(j * 104729) % n for j in range(100)]
+        apps = sorted({ids[(j * 104729) % len(ids)] for j in range(100)})
         for a in apps:
             write_app(repo, a, v=10_000)
         sha = repo.commit("100 apps")
@@ -276,7 +283,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         p = r["push_to_status_s"]
-        out.append(f"| {r['apps']} | {r['shards']} | {r['first_pass_s']:.2f} | {r['startup_statuses_on_origin_s']:.1f}"
+        procs = f"{r['shards']}" if r.get("only_shard") is None else f"shard {r['only_shard']} of {r['shards']}, alone"
+        out.append(f"| {r['apps']} | {procs} | {r['first_pass_s']:.2f} | {r['startup_statuses_on_origin_s']:.1f}"
                    f" | {p['p50']:.2f} / {p['p99']:.2f} / {p['max']:.2f} ({p['n']} pushes) | "
                    f"{r['commit_100_apps_s']:.2f} | {r['idle_cpu_percent']:.2f} | {r['idle_rss_mb_median']:.1f} / "
                    f"{r['idle_rss_mb_max']:.1f} | {r['peak_rss_mb']:.1f} |")
@@ -306,11 +314,13 @@ def main() -> None:
             result["takeover"] = takeover(root, int(n), int(s or 5))
             print(f"[takeover] {result['takeover']}", file=sys.stderr, flush=True)
         for cfg in filter(None, args.config.split(",")):
-            n, _, s = cfg.partition("x")
+            n, _, rest = cfg.partition("x")
+            s, _, only = rest.partition("@")
             root = Path(tmp) / cfg
             root.mkdir()
             result["runs"].append(scale(root, int(n), int(s or 1), push_every=args.push_every,
-                                        stream_seconds=args.stream_seconds, idle_seconds=args.idle_seconds))
+                                        stream_seconds=args.stream_seconds, idle_seconds=args.idle_seconds,
+                                        only=int(only) if only else None))
             print(f"[scale] {result['runs'][-1]}", file=sys.stderr, flush=True)
     result["loadavg_end"] = os.getloadavg()
     print(json.dumps(result, indent=2))
