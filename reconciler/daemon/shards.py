@@ -18,6 +18,7 @@ import hashlib
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -275,16 +276,26 @@ class ShardLeases:
             del self._members[name]
         return live
 
-    def release_all(self) -> None:
-        """Shutdown: give every shard up and leave (others take the shards at their next tick)."""
+    def release_all(self, *, timeout: float | None = None) -> None:
+        """Shutdown: give every shard up and leave (others take the shards at their next tick). A shard
+        whose pass is still running after `timeout` seconds is not released: two replicas would then act
+        on it at once. Its Lease expires instead, and its next holder resumes the pass from the records."""
         from reconciler.live.kubernetes import KubernetesApiError, KubernetesUnavailableError
 
+        until = None if timeout is None else time.monotonic() + timeout
         with self._mutex:
             self._stopped = True
             for i, el in self.electors.items():
-                if el.is_leader():
-                    with self._busy[i]:
-                        el.release()
+                if not el.is_leader():
+                    continue
+                if not self._busy[i].acquire(timeout=-1 if until is None else max(0.0, until - time.monotonic())):
+                    log.warning("shutdown: a pass of shard %d is still running; its Lease is left to expire "
+                                "(its next holder resumes from the records)", i)
+                    continue
+                try:
+                    el.release()
+                finally:
+                    self._busy[i].release()
             self._surrender.clear()
             try:
                 self.kube.request("DELETE", self.kube.path("Lease", self.namespace, self.member.name))
@@ -388,6 +399,7 @@ class ShardedService:
         """Finish the running pass, then give every shard up (the others take them at once), then flush
         the statuses. A pass still running at the deadline resumes from its records on the new holder."""
         self._stopping = True
+        until = time.monotonic() + max(0.0, deadline_s)
         if self._lock.acquire(timeout=max(0.0, deadline_s)):
             self._lock.release()
         else:
@@ -395,6 +407,6 @@ class ShardedService:
                         deadline_s)
         if self._stop_leases is not None:
             self._stop_leases()
-        self.leases.release_all()
+        self.leases.release_all(timeout=max(0.0, until - time.monotonic()))
         if self.reporter is not None:
             self.reporter.close(timeout=min(5.0, max(0.1, deadline_s)))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import collections
 import itertools
+import threading
+import time
 from pathlib import Path
 from typing import cast
 
@@ -162,6 +164,35 @@ def test_a_replica_shut_down_cleanly_hands_its_shards_over_at_once(cluster: Clus
     assert stay.held() == frozenset(range(SHARDS)) and leaving_held
     leaving.tick()
     assert not leaving.held()  # a stopped replica takes nothing back
+
+
+def test_shutdown_does_not_wait_past_its_deadline_for_a_running_pass_nor_release_that_shard(
+        cluster: Cluster) -> None:
+    """A pass still running at the shutdown deadline keeps its shard's Lease (released, another replica
+    would act on the shard while this one still does); the other shards are handed over at once."""
+    leaving = replica(cluster, "pod-a")
+    rounds(cluster, [leaving], SHARDS + 1)
+    assert leaving.held() == frozenset(range(SHARDS))
+    busy, done = threading.Event(), threading.Event()
+
+    def a_pass() -> None:
+        with leaving.reconciling(2):
+            busy.set()
+            done.wait(30)
+
+    t = threading.Thread(target=a_pass)
+    t.start()
+    try:
+        assert busy.wait(5)
+        started = time.monotonic()
+        leaving.release_all(timeout=0.3)
+        assert time.monotonic() - started < 3, "shutdown waited for the pass"
+        holders = {i: (cluster.kube.get("Lease", cluster.namespace, f"{LEASE}-shard-{i}") or {}).get(
+            "spec", {}).get("holderIdentity") for i in range(SHARDS)}
+        assert holders[2] == "pod-a" and not any(holders[i] for i in range(SHARDS) if i != 2), holders
+    finally:
+        done.set()
+        t.join(10)
 
 
 def test_a_deposed_shard_holder_cannot_write_a_record_of_that_shard(cluster: Cluster, fake: FakeClock) -> None:
