@@ -46,7 +46,6 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
-from reconciler.core.plan import spec_hash
 from reconciler.errors import RenderError
 from reconciler.live.k8s_storage import SpecProblem, kubernetes_spec_problems
 from reconciler.spec.model import FlinkApp, JobState
@@ -302,9 +301,10 @@ def config_yaml(conf: dict[str, str]) -> str:
 
 def merge_pod_template(user: Obj | None, ours: Obj) -> Obj:
     """User template as the base; ours merged on top (our scalars win), lists appended, containers and
-    initContainers merged by name (the user's entry for `flink-main-container` amends ours)."""
+    initContainers merged by name (the user's entry for `flink-main-container` amends ours). `ours` is
+    the caller's fresh object and may become (part of) the result; the user's is copied, never shared."""
     if not user:
-        return copy.deepcopy(ours)
+        return ours
     merged: Obj = _merge(copy.deepcopy(user), ours, path=())
     return merged
 
@@ -335,7 +335,7 @@ def _merge(base: Any, top: Any, path: tuple[str, ...]) -> Any:
 def _meta(app: FlinkApp, name: str, *, revision: str, component: str | None, generation: str = "") -> Obj:
     labels = {**app.metadata.labels, **selector_labels(app.name, component, generation),
               LABEL_VERSION: app.spec.flink_version}
-    annotations = {**app.metadata.annotations, ANNOTATION_SPEC_HASH: spec_hash(app.canonical()),
+    annotations = {**app.metadata.annotations, ANNOTATION_SPEC_HASH: app.spec_hash,
                    ANNOTATION_REVISION: revision}
     return {"name": name, "namespace": app.metadata.namespace, "labels": dict(sorted(labels.items())),
             "annotations": dict(sorted(annotations.items()))}
