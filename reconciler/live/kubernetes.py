@@ -240,13 +240,41 @@ def quantity(text: str | int | float) -> float:
     return float(t)
 
 
+# Object-count quota keys of the kinds a cluster creates (the short names and `count/<resource>[.<group>]`).
+_COUNTED: dict[str, tuple[str, ...]] = {
+    "ConfigMap": ("configmaps", "count/configmaps"),
+    "Service": ("services", "count/services"),
+    "Secret": ("secrets", "count/secrets"),
+    "ServiceAccount": ("count/serviceaccounts",),
+    "Deployment": ("count/deployments.apps",),
+    "StatefulSet": ("count/statefulsets.apps",),
+}
+
+
 def pod_requests(objs: list[Obj]) -> dict[str, float]:
-    """What the workloads in `objs` ask a ResourceQuota for, all replicas together: pods, requests and limits of
-    cpu and memory (a pod counts its containers' sum, or its largest init container when that is more)."""
+    """What the objects in `objs` ask a ResourceQuota for, all replicas together: pods, requests and limits of
+    cpu and memory (a pod counts its containers' sum, or its largest init container when that is more), the
+    volume claims of StatefulSets (count and storage, also per storage class) and the number of objects."""
     total: dict[str, float] = {}
+
+    def add(key: str, value: float) -> None:
+        total[key] = total.get(key, 0.0) + value
+
     for o in objs:
+        for key in _COUNTED.get(o["kind"], ()):
+            add(key, 1.0)
         if o["kind"] not in ("Deployment", "StatefulSet"):
             continue
+        for claim in o["spec"].get("volumeClaimTemplates") or []:
+            storage = quantity((((claim.get("spec") or {}).get("resources") or {}).get("requests") or {})
+                               .get("storage", 0))
+            keys = [("persistentvolumeclaims", 1.0), ("count/persistentvolumeclaims", 1.0),
+                    ("requests.storage", storage)]
+            if sc := (claim.get("spec") or {}).get("storageClassName"):
+                keys += [(f"{sc}.storageclass.storage.k8s.io/persistentvolumeclaims", 1.0),
+                         (f"{sc}.storageclass.storage.k8s.io/requests.storage", storage)]
+            for key, value in keys:
+                add(key, value * int(o["spec"].get("replicas", 1)))
         spec = o["spec"]["template"]["spec"]
         replicas = int(o["spec"].get("replicas", 1))
         pod: dict[str, float] = {"pods": 1.0}
@@ -258,8 +286,9 @@ def pod_requests(objs: list[Obj]) -> dict[str, float]:
                             for c in spec.get("initContainers") or []), default=0.0)
                 pod[f"{kind}.{res}"] = max(main, init)
         pod["cpu"], pod["memory"] = pod["requests.cpu"], pod["requests.memory"]  # the quota's short names
+        pod["count/pods"] = 1.0
         for k, v in pod.items():
-            total[k] = total.get(k, 0.0) + v * replicas
+            add(k, v * replicas)
     return total
 
 
@@ -278,8 +307,8 @@ def quota_shortfall(quotas: list[Obj], need: dict[str, float]) -> str | None:
 
 
 def _fmt(key: str, value: float) -> str:
-    if "memory" in key:
-        return f"{value / 2**20:.0f}Mi"
+    if "memory" in key or "storage" in key:
+        return f"{value / 2**30:.0f}Gi" if value >= 2**30 and value % 2**30 == 0 else f"{value / 2**20:.0f}Mi"
     return f"{value:g}"
 
 
@@ -944,8 +973,8 @@ class KubernetesRuntime:
             if not quotas:
                 continue
             for a in mine:
-                try:
-                    objs = self.render(a, generation="0" * 8)
+                try:  # what a standby adds: its own generation's objects (the root and RBAC are shared)
+                    objs = [o for o in self.render(a, generation="0" * 8) if _label(o, r.LABEL_GENERATION) == "0" * 8]
                 except RenderError:
                     continue
                 if short := quota_shortfall(quotas, pod_requests(objs)):

@@ -277,6 +277,32 @@ def test_standby_refusals_name_the_apps_the_quota_would_not_fit(cluster: Cluster
     assert [(c.verb, c.resource) for c in standin_only.api.calls()] == [("list", "resourcequotas")]
 
 
+def test_a_standby_is_checked_against_claim_storage_and_object_count_quotas_too(
+        cluster: Cluster, standin_only: Standin) -> None:
+    """A second cluster also doubles the TaskManagers' volume claims and the objects of its generation: a
+    quota on those refuses the standby as a cpu quota does (the plan then restarts the cluster cold)."""
+    c = cluster
+    rt = rt_of(c)
+    claims = {"replicas": 2, "volumeClaimTemplates": [
+        {"name": "rocksdb", "mountPath": "/opt/flink/rocksdb", "storage": "20Gi", "storageClassName": "fast"}]}
+    stateful, plain = app("stateful", c.namespace, taskManager=claims), app("plain", c.namespace)
+    hard = {"persistentvolumeclaims": "10", "fast.storageclass.storage.k8s.io/requests.storage": "100Gi",
+            "count/configmaps": "50"}
+    c.create({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "team"}, "spec": {"hard": hard}})
+    c.patch("ResourceQuota", "team", {"status": {"hard": hard, "used": {
+        "persistentvolumeclaims": "9", "fast.storageclass.storage.k8s.io/requests.storage": "70Gi",
+        "count/configmaps": "48"}}}, manager="kube-controller-manager", status=True)
+    refused = rt.standby_refusals([stateful, plain])
+    assert set(refused) == {"stateful"}, refused  # plain: no claims, and one new ConfigMap (its config) fits
+    assert "persistentvolumeclaims used 9 of 10, a second cluster needs 2 more" in refused["stateful"]
+    assert "fast.storageclass.storage.k8s.io/requests.storage used 70Gi of 100Gi, a second cluster needs " \
+           "40Gi more" in refused["stateful"]
+    from reconciler.live.kubernetes import pod_requests
+    need = pod_requests([o for o in rt.render(plain, generation=GEN)
+                         if (o["metadata"].get("labels") or {}).get(r.LABEL_GENERATION) == GEN])
+    assert need["count/configmaps"] == 1 and "persistentvolumeclaims" not in need
+
+
 def test_drift_of_one_cluster_ignores_the_other_generation_beside_it(cluster: Cluster, standin_only: Standin) -> None:
     c = cluster
     rt = rt_of(c)
