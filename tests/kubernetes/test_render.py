@@ -203,6 +203,24 @@ def test_config_change_rolls_pods_but_revision_does_not() -> None:
     assert tmpl(r.render_app(changed, revision="r1", job_id="j", restore_path=None)) != tmpl(one)
 
 
+@pytest.mark.parametrize("generation", ["", "3538ba14"])
+def test_a_parallelism_change_keeps_the_pods(generation: str) -> None:
+    """The job's parallelism is in config.yaml (`parallelism.default`) but not in the pods' config hash: a session
+    cluster's job-only upgrade, or the EnsureCluster after an in-place rescale, must not roll the pods."""
+    job = None if generation else "j"
+    one = r.render_app(app(job={"parallelism": 1}), revision="r", job_id=job, restore_path=None,
+                       generation=generation)
+    two = r.render_app(app(job={"parallelism": 2}), revision="r", job_id=job, restore_path=None,
+                       generation=generation)
+    workloads = [(o["kind"], o["metadata"]["name"]) for o in one if o["kind"] in ("Deployment", "StatefulSet")]
+    assert len(workloads) == 2
+    for kind, name in workloads:
+        assert _by(one, kind, name)["spec"]["template"] == _by(two, kind, name)["spec"]["template"], name
+    config = r.object_names("counter", generation)["config"]
+    assert "parallelism.default: \"1\"" in _by(one, "ConfigMap", config)["data"]["config.yaml"]
+    assert "parallelism.default: \"2\"" in _by(two, "ConfigMap", config)["data"]["config.yaml"]
+
+
 @pytest.mark.parametrize("uri", ["file:///tmp/job.jar", "jars/job.jar", "s3://bucket/job.jar", "local://rel.jar"])
 def test_unsupported_jar_is_refused(uri: str) -> None:
     a = app(job={"jarURI": uri})
