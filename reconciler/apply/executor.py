@@ -557,6 +557,7 @@ class Executor:
                 flink = self.runtime.flink(run.app)
                 rescale_in_place(flink, step, job_progress=lambda: self._job_progress(flink, job_id),
                                  wait=lambda what: self._wait(deadline, what, flink=flink, job_id=job_id))
+                self._record_on_cluster(run)
             case StartStandbyCluster():
                 self._start_standby(run, step, deadline)
             case PromoteStandby(generation=gen):
@@ -583,6 +584,17 @@ class Executor:
             raise PermanentStepError(f"the standby cluster failed to start: {info.message or 'no reason given'}")
         if info.phase is not ClusterPhase.READY:
             raise TransientStepError(f"the standby cluster is {info.phase.value}: {info.message or 'not ready yet'}")
+
+    def _record_on_cluster(self, run: _Run) -> None:
+        """After an in-place rescale: the cluster's own copy of the spec (what first sight adopts when the
+        records are lost) becomes the desired one, by the cluster's apply, which keeps every pod and JVM (the
+        parallelism is in no config hash). Best effort: the job already runs at the new parallelism, and a
+        stale copy costs at most one savepoint redeploy after a loss of the records, never a fallback now."""
+        try:
+            app = self._spec(run, SpecRef.DESIRED)
+            self.runtime.ensure_cluster(app, deadline=self.clock.monotonic() + app.spec.deadlines.start.total_seconds())
+        except ReconcilerError as e:
+            log.warning("%s: rescaled in place, but the cluster's copy of the spec was not updated: %s", run.app, e)
 
     def _ensure_cluster(self, run: _Run, step: EnsureCluster, deadline: float) -> None:
         info = self.runtime.ensure_cluster(self._spec(run, step.spec), deadline=deadline)

@@ -540,8 +540,7 @@ def _render(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: s
     # The pods' config hash leaves out the job's default parallelism: no JVM needs a restart for it (an
     # application-mode JobManager is replaced with every new job anyway, a session cluster is given it with each
     # submit, TaskManagers never read it). So a parallelism change keeps the pods, as on the local runtime: a
-    # job-only upgrade on a session cluster, and the first EnsureCluster after an in-place rescale (which leaves
-    # the ConfigMap at the old value until then).
+    # job-only upgrade on a session cluster, and the cluster apply that ends an in-place rescale.
     hashed = config_yaml({k: v for k, v in conf.items() if k != "parallelism.default"})
     config_hash = hashlib.sha256((hashed + LOG4J_CONSOLE).encode()).hexdigest()[:16]
 

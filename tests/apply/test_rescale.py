@@ -182,6 +182,24 @@ def test_an_adopted_rescale_keeps_the_same_job_and_records_the_parallelism_once_
     assert lineage.restored_from is None and lineage.job_id == OLD  # no job was started
 
 
+@pytest.mark.parametrize("cluster_apply_fails", [False, True])
+def test_after_an_adopted_rescale_the_cluster_carries_the_new_spec_for_a_first_sight_without_records(
+        world: World, cluster_apply_fails: bool) -> None:
+    """The cluster's own copy of the spec (its spec hash) is what first sight compares with the desired spec
+    when the records are lost: stale, it would plan a savepoint redeploy of the job already running at the new
+    parallelism. Updating it is best effort: a failure there is no reason for the fallback's stop."""
+    world.seed(OLD_APP)
+    assert world.rt.clusters["orders"].spec_hash == OLD_APP.spec_hash
+    if cluster_apply_fails:
+        world.rt.provision_error = "quota exceeded"
+    result = world.executor().run_app(REV, rescale_plan(OLD_APP, NEW_APP))
+    assert result.outcome is Outcome.SUCCESS and result.job_id == OLD, result.message
+    assert [s for s, _ in result.step_timings] == ["RescaleInPlace"] and world.rt.stop_triggers == []
+    want = OLD_APP.spec_hash if cluster_apply_fails else NEW_APP.spec_hash
+    assert world.rt.clusters["orders"].spec_hash == want != (NEW_APP.spec_hash if cluster_apply_fails else "")
+    assert world.rt.observe("orders").spec_hash == want
+
+
 @pytest.mark.parametrize("case", ["unsupported", "plain client", "not adopted in time"])
 def test_a_rescale_flink_refuses_or_does_not_adopt_falls_back_to_the_savepoint_upgrade(
         world: World, case: str) -> None:

@@ -13,7 +13,9 @@ cooldown after rescaling, checkpointing every 1 s, 1 TaskManager with 2 slots, n
   `latest.savepoint`, the savepoint directory, the record), the JobManager and TaskManager pods neither
   replaced nor restarted, and the job's own output (per-key counts on the data claim) going on from where it
   was, never from zero;
-- the record says parallelism 2 was applied with the same job id, and the same spec plans a no-op.
+- the record says parallelism 2 was applied with the same job id, and the same spec plans a no-op;
+- the cluster's objects carry the new spec (config.yaml, the root's spec hash), and a TaskManager scale
+  after the rescale keeps every running pod.
 """
 
 from __future__ import annotations
@@ -175,14 +177,17 @@ def test_the_record_says_parallelism_2_and_the_same_spec_plans_nothing(world: K8
 
 
 def test_a_taskmanager_replicas_change_after_the_rescale_keeps_the_running_pods(world: K8sWorld) -> None:
-    """The rescale left the config ConfigMap at the old parallelism; the next EnsureCluster (here a `scale` of
-    the TaskManagers) applies the new one without rolling the pods: the job's default parallelism is not part of
-    the pods' config hash (it was, and the TaskManager running the job was replaced)."""
+    """The rescale brought the cluster's objects to the new spec (config.yaml's parallelism, the root's spec hash
+    that first sight adopts when the records are lost) without rolling a pod; so does the next EnsureCluster
+    (here a `scale` of the TaskManagers): the job's default parallelism is not part of the pods' config hash
+    (it was, and the TaskManager running the job was replaced)."""
     w = world
     job = w.journal.records().apps[APP].job_id
     assert job is not None
     config = w.runtime.kube.get("ConfigMap", w.ns, r.object_names(APP)["config"])
-    assert config is not None and 'parallelism.default: "1"' in config["data"]["config.yaml"]
+    assert config is not None and 'parallelism.default: "2"' in config["data"]["config.yaml"]
+    root = w.runtime.kube.get("ConfigMap", w.ns, r.object_names(APP)["root"])
+    assert root is not None and root["metadata"]["annotations"][r.ANNOTATION_SPEC_HASH] == spec(w.ns, 2).spec_hash
     pods_before = pods(w)
     d = spec(w.ns, 2).canonical()
     d["spec"]["taskManager"]["replicas"] = 2
