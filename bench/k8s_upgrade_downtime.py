@@ -29,7 +29,7 @@ StartStandbyCluster, runs while the old job still runs and is reported apart).
 The same app, in the same run, also gets a `rescale` round: job.parallelism 2 -> 1 -> 2 ... in place
 (`spec.upgrade.inPlaceRescale`, RescaleInPlace: the same job, restarted by Flink's adaptive scheduler from its
 own latest checkpoint), right after each warm standby, so each args-only upgrade on the session cluster follows
-a rescale (its EnsureCluster is the first to apply the new parallelism to the cluster's config). For that the
+a rescale (whose last act applied the new parallelism to the cluster's config, keeping every pod). For that the
 app runs with `jobmanager.scheduler: adaptive` (a cooldown after rescaling of `--cooldown`, default 2 s) for
 every kind. A rescale has no stop and no new job, so its step timings say nothing about downtime (RescaleInPlace
 also waits out the cooldown and a checkpoint after the rescale, while the job runs): every kind is also measured
