@@ -26,7 +26,7 @@ every later upgrade on a session cluster a warm standby left (the job is submitt
 warm standby = StopWithSavepoint + PromoteStandby + StartJob + AwaitRunning (its cluster start,
 StartStandbyCluster, runs while the old job still runs and is reported apart).
 
-The same app, in the same run, also gets a `rescale` round: job.parallelism 2 -> 1 -> 2 ... in place
+With `--rescale` the same app, in the same run, also gets a `rescale` round: job.parallelism 2 -> 1 -> 2 ... in place
 (`spec.upgrade.inPlaceRescale`, RescaleInPlace: the same job, restarted by Flink's adaptive scheduler from its
 own latest checkpoint), right after each warm standby, so each args-only upgrade on the session cluster follows
 a rescale (whose last act applied the new parallelism to the cluster's config, keeping every pod). For that the
@@ -40,7 +40,7 @@ is the longest stretch inside the change from the first sample in which no job o
 timeout is left out) to the next sample in which one did: downtime as the script sees it, to about one poll
 interval plus a proxied request.
 
-    sudo .venv/bin/python bench/k8s_upgrade_downtime.py --standby [--cycles 3]
+    sudo .venv/bin/python bench/k8s_upgrade_downtime.py --standby [--rescale] [--cycles 3]
 
 Needs root (the process node's mount namespaces), Java 17, javac and apache-flink-libraries. Prints one
 JSON line per upgrade, then a JSON summary and a Markdown table of medians. Not a test.
@@ -250,7 +250,8 @@ def run_standby(args: argparse.Namespace, tmp: Path, flink_home: Path, usrlib: P
             rate, memory, parallelism = 100, 1280, 2
 
             def spec(rate: int) -> FlinkApp:
-                return adaptive(k8s_spec(ns, rate, args.heartbeat_timeout), args.cooldown, parallelism)
+                base = k8s_spec(ns, rate, args.heartbeat_timeout)
+                return adaptive(base, args.cooldown, parallelism) if args.rescale else base
 
             d = Driver("kubernetes", rt, kj, spec, None, policy=Policy(warm_standby=True))
             try:
@@ -283,7 +284,8 @@ def run_standby(args: argparse.Namespace, tmp: Path, flink_home: Path, usrlib: P
                     upgrade("args-only, first cluster (application mode)", 0)
                     for cycle in range(args.cycles):
                         upgrade("TaskManager memory, warm standby", cycle)
-                        upgrade("rescale 1 <-> 2 in place, session cluster", cycle)
+                        if args.rescale:
+                            upgrade("rescale 1 <-> 2 in place, session cluster", cycle)
                         upgrade("args-only, session cluster", cycle)  # its EnsureCluster follows a rescale
                         upgrade("TaskManager memory, cold", cycle)
             finally:
@@ -339,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heartbeat-timeout", help="e.g. '10 s' (interval 2 s); default: Flink's own (50 s)")
     ap.add_argument("--standby", action="store_true",
                     help="kubernetes only: args-only vs TaskManager memory by warm standby vs cold vs rescale in place")
+    ap.add_argument("--rescale", action="store_true",
+                    help="--standby: also rescale in place (the app then runs the adaptive scheduler for every kind)")
     ap.add_argument("--cooldown", default="2 s",
                     help="--standby: the adaptive scheduler's cooldown after rescaling (default 2 s; Flink's: 30 s)")
     ap.add_argument("--observe-poll", type=float, default=0.05,
