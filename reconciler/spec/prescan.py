@@ -33,7 +33,6 @@ _METADATA_HEADER = re.compile(r"metadata: *(?: #.*)?")
 _NAME = re.compile(r" *name: +([^ ]+)(?: +#.*)? *")
 _BLOCK_HEADER = re.compile(r"[|>][-+]?(?: +#.*)? *")
 _SPECIAL = re.compile(r"[\"'\[\]{}#|>&*!?%@`]")
-_PLAIN = re.compile(r"( *)((?:-(?: +|$))*)(.*?) *$")
 _SCALAR_START_REFUSED = frozenset("?&*!%@`")
 
 
@@ -94,24 +93,29 @@ def _line_shape(line: str, indent: int) -> tuple[int, bool, bool] | None:
     following line deeper than it would continue a value); None when the line is not provably block
     structure closed on itself."""
     if not _SPECIAL.search(line):
-        return _plain_shape(line)
+        return _plain_shape(line, indent)
     return _scan_shape(line, indent)
 
 
-def _plain_shape(line: str) -> tuple[int, bool, bool] | None:
-    m = _PLAIN.fullmatch(line)
-    if m is None:
-        return None
-    indent, dashes, rest = len(m.group(1)), m.group(2), m.group(3)
-    rest_col = indent + len(dashes)
+def _plain_shape(line: str, indent: int) -> tuple[int, bool, bool] | None:
+    """A line without quotes, brackets, comments or indicators. Linear: a spec may be hostile (no regex
+    here that backtracks over a long run of spaces)."""
+    n = len(line)
+    i, dash = indent, -1
+    while i < n and line[i] == "-" and (i + 1 == n or line[i + 1] == " "):
+        dash = i
+        i += 1
+        while i < n and line[i] == " ":
+            i += 1
+    rest = line[i:].rstrip(" ")
     colon = rest.find(": ")
     if colon < 0 and rest.endswith(":"):
         colon = len(rest) - 1
     if colon > 0:
-        return rest_col, not rest[colon + 1:].strip(), False
-    if colon == 0 or not dashes:
+        return i, not rest[colon + 1:].strip(" "), False
+    if colon == 0 or dash < 0:
         return None  # `: x` with no key, or a bare scalar line (a value that began on an earlier line)
-    return indent + dashes.rstrip().rfind("-"), not rest, False
+    return dash, not rest, False
 
 
 def _scan_shape(line: str, indent: int) -> tuple[int, bool, bool] | None:

@@ -174,3 +174,19 @@ def test_a_name_the_parser_would_not_read_as_a_string_is_left_to_it() -> None:
         text = f"metadata:\n  name: {word}\n"
         assert declared_name(text) == word and plain_name(text) is None
         assert _doc_name(_parse_all(text)[0]) is None
+
+
+def test_a_hostile_megabyte_line_is_read_in_linear_time() -> None:
+    """A spec is untrusted input: no backtracking over a long run of spaces (a regex like `(.*?) *$` took
+    3.5 s for 40,000 spaces and would take half an hour for a 1 MiB line, stalling the shard). A guard
+    against that class of bug, with a bound a thousand times the linear time, not a speed target."""
+    import time
+
+    spaces = " " * 1_000_000
+    texts = [f"kind: a{spaces}b\nmetadata:\n  name: x\n", f"metadata:\n  name: x{spaces}y\n",
+             f"metadata:{spaces}x\n  name: x\n", "a: [" + '"x", ' * 200_000 + "]\nmetadata:\n  name: x\n",
+             f"a: '{spaces}\nmetadata:\n  name: x\n"]
+    started = time.monotonic()
+    answers = [declared_name(t) for t in texts]
+    assert time.monotonic() - started < 10
+    assert answers == ["x", None, None, "x", None]
