@@ -25,11 +25,12 @@ from hypothesis import strategies as st
 from reconciler.core import render
 from reconciler.core.plan import Action, Plan, RestoreKind, StartJob, deterministic_job_id
 from reconciler.core.planner import Policy, offline_input, plan
+from reconciler.daemon.shards import Shard
 from reconciler.errors import ReconcilerError
 from reconciler.live.k8s_render import render_app, to_yaml
 from reconciler.live.local_config import ClusterPaths, cluster_config_hash, render_config, render_yaml
 from reconciler.spec.load import LoadResult, Unreadable, file_key, load_files
-from reconciler.spec.model import FlinkApp
+from reconciler.spec.model import FlinkApp, valid_name
 
 BASE_REV, HEAD_REV = "a" * 40, "b" * 40
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -223,6 +224,14 @@ def test_one_bad_file_never_deletes_restarts_empty_or_crashes(edit: tuple[str, b
         return  # one of ours: reported, never a traceback
     assert sorted(incremental.apps) == sorted(head.apps)
     assert [str(e) for e in incremental.errors] == [str(e) for e in head.errors]
+    for i in range(2):  # sharded loads (another shard's files skipped by their lines, spec/prescan.py) agree
+        owns = Shard(i, 2).owns
+        mine = {la.file for n, la in BASE.apps.items() if owns(n)}
+        sharded = load_files(files, keep=owns, parse=mine)
+        assert sharded.apps == {n: la for n, la in head.apps.items() if owns(n)}, i
+        if target in mine:  # the shard of the file's apps parses it whatever its lines say: it sees every error
+            assert {str(e) for e in head.errors if not valid_name(e.app or "") or owns(e.app or "")} <= {
+                str(e) for e in sharded.errors}, i
 
     broken = target in head.broken_files
     actions = {a.app: a for a in result.apps}
