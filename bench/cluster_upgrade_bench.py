@@ -67,6 +67,7 @@ from bench.upgrade_bench import (  # noqa: E402
     stop_requests,
 )
 from reconciler.clock import SystemClock  # noqa: E402
+from reconciler.core.observed import JobPhase, job_phase  # noqa: E402
 from reconciler.daemon.service import PassResult, make_reconciler  # noqa: E402
 from reconciler.live.local import LocalRuntime  # noqa: E402
 from reconciler.settings import load_settings  # noqa: E402
@@ -170,8 +171,8 @@ class Observer:
                         # Every task running or finished (the executor's job_phase: a source subtask without a
                         # split ends at once, e.g. after a rescale above the parallelism the job started with).
                         tasks = j.get("tasks") or {}
-                        total, running = int(tasks.get("total", 0)), int(tasks.get("running", 0))
-                        if j["state"] == "RUNNING" and running > 0 and running + int(tasks.get("finished", 0)) == total:
+                        if job_phase(j["state"], int(tasks.get("running", 0)), int(tasks.get("total", 0)),
+                                     int(tasks.get("finished", 0))) is JobPhase.RUNNING:
                             self.running_at.setdefault(j["jid"], now)
                             some = True
                 if known:

@@ -73,7 +73,7 @@ from reconciler.apply.executor import AppResult, Executor  # noqa: E402
 from reconciler.apply.journal import Journal  # noqa: E402
 from reconciler.apply.rescale import RescaleApi  # noqa: E402
 from reconciler.clock import SystemClock  # noqa: E402
-from reconciler.core.observed import Outcome  # noqa: E402
+from reconciler.core.observed import JobPhase, Outcome, job_phase  # noqa: E402
 from reconciler.core.plan import Action  # noqa: E402
 from reconciler.core.planner import Desired, PlanInput, Policy, plan  # noqa: E402
 from reconciler.live import k8s_render  # noqa: E402
@@ -190,8 +190,8 @@ class JobWatch:
                     # Every task running or finished (the executor's job_phase: a source subtask without a split
                     # ends at once). An error answer (no endpoints: the JobManager is not ready) runs nothing.
                     ok = resp.status_code == 200 and any(
-                        j["state"] == "RUNNING" and int(j["tasks"]["running"]) > 0
-                        and int(j["tasks"]["running"]) + int(j["tasks"]["finished"]) == int(j["tasks"]["total"])
+                        job_phase(j["state"], int(j["tasks"]["running"]), int(j["tasks"]["total"]),
+                                  int(j["tasks"]["finished"])) is JobPhase.RUNNING
                         for j in resp.json()["jobs"])
                 except httpx.TimeoutException:  # no answer in 2 s (a loaded machine): unknown, no sample
                     ok = False

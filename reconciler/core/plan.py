@@ -215,8 +215,8 @@ def describe_step(step: Step) -> str:
             return "delete the old cluster"
         case RescaleInPlace(job_id=job_id, parallelism=p, previous_parallelism=old):
             return (f"rescale {_job(job_id)} in place from parallelism {old} to {p} (adaptive scheduler), wait until "
-                    "its vertices run at it and it checkpoints; if Flink refuses or does not adopt it in time, the "
-                    "steps below run instead")
+                    "its vertices run at it and it checkpoints, then apply the cluster at the new spec (no restart); "
+                    "if Flink refuses or does not adopt it in time, the steps below run instead")
     raise AssertionError(step)  # pragma: no cover
 
 

@@ -251,7 +251,7 @@ _COUNTED: dict[str, tuple[str, ...]] = {
 }
 
 
-def pod_requests(objs: list[Obj]) -> dict[str, float]:
+def quota_need(objs: list[Obj]) -> dict[str, float]:
     """What the objects in `objs` ask a ResourceQuota for, all replicas together: pods, requests and limits of
     cpu and memory (a pod counts its containers' sum, or its largest init container when that is more), the
     volume claims of StatefulSets (count and storage, also per storage class) and the number of objects."""
@@ -265,6 +265,7 @@ def pod_requests(objs: list[Obj]) -> dict[str, float]:
             add(key, 1.0)
         if o["kind"] not in ("Deployment", "StatefulSet"):
             continue
+        replicas = int(o["spec"].get("replicas", 1))
         for claim in o["spec"].get("volumeClaimTemplates") or []:
             storage = quantity((((claim.get("spec") or {}).get("resources") or {}).get("requests") or {})
                                .get("storage", 0))
@@ -274,9 +275,8 @@ def pod_requests(objs: list[Obj]) -> dict[str, float]:
                 keys += [(f"{sc}.storageclass.storage.k8s.io/persistentvolumeclaims", 1.0),
                          (f"{sc}.storageclass.storage.k8s.io/requests.storage", storage)]
             for key, value in keys:
-                add(key, value * int(o["spec"].get("replicas", 1)))
+                add(key, value * replicas)
         spec = o["spec"]["template"]["spec"]
-        replicas = int(o["spec"].get("replicas", 1))
         pod: dict[str, float] = {"pods": 1.0}
         for kind in ("requests", "limits"):
             for res in ("cpu", "memory"):
@@ -507,6 +507,12 @@ class Pointers:
 def _label(obj: Obj, key: str) -> str | None:
     labels: dict[str, str] = (obj.get("metadata") or {}).get("labels") or {}
     return labels.get(key)
+
+
+def of_generation(objs: list[Obj], generation: str) -> list[Obj]:
+    """The objects of one cluster generation: what a standby adds beside the live cluster (the root
+    ConfigMap and the RBAC objects are the app's, shared by its generations)."""
+    return [o for o in objs if _label(o, r.LABEL_GENERATION) == generation]
 
 
 class KubernetesRuntime:
@@ -908,8 +914,7 @@ class KubernetesRuntime:
         ptr = Pointers.of(view.root)
         if ptr.live == generation:  # promoted already (a resumed step)
             return self._wait_session(app, generation, deadline=deadline, start=start)
-        objs = [o for o in self._render_or_fail(app, generation=generation)
-                if (o["metadata"].get("labels") or {}).get(r.LABEL_GENERATION) == generation]
+        objs = of_generation(self._render_or_fail(app, generation=generation), generation)
         if ptr.standby != generation and (short := self._quota_shortfall(ns, objs)):
             # Checked before anything is created: Kubernetes would refuse the pods and the standby would wait
             # for its deadline. (A standby of this generation already exists: it was counted when it started.)
@@ -955,7 +960,7 @@ class KubernetesRuntime:
             return []
 
     def _quota_shortfall(self, ns: str, objs: list[Obj]) -> str | None:
-        return quota_shortfall(self._quotas(ns), pod_requests(objs))
+        return quota_shortfall(self._quotas(ns), quota_need(objs))
 
     def standby_refusals(self, apps: list[FlinkApp]) -> dict[str, str]:
         """For the plan: the apps of which a warm standby would not fit the namespace's ResourceQuotas beside
@@ -974,10 +979,10 @@ class KubernetesRuntime:
                 continue
             for a in mine:
                 try:  # what a standby adds: its own generation's objects (the root and RBAC are shared)
-                    objs = [o for o in self.render(a, generation="0" * 8) if _label(o, r.LABEL_GENERATION) == "0" * 8]
+                    objs = of_generation(self.render(a, generation="0" * 8), "0" * 8)
                 except RenderError:
                     continue
-                if short := quota_shortfall(quotas, pod_requests(objs)):
+                if short := quota_shortfall(quotas, quota_need(objs)):
                     out[a.name] = f"the namespace quota does not fit a second cluster beside the running one ({short})"
         return out
 

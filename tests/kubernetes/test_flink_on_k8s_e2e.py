@@ -306,12 +306,19 @@ def k8s_world(standin: Standin | None, flink_home: Path, counter_jar: Path, tmp:
     standin.set_auto_ready(True)
 
 
-@pytest.fixture(scope="module")
-def world(_standin: Standin | None, flink_home: Path, counter_jar: Path,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sWorld]:
-    with k8s_world(_standin, flink_home, counter_jar, tmp_path_factory.mktemp("k8s-e2e"), ns_prefix="fr-e2e",
-                   poll_interval=0.5) as w:
-        yield w
+def module_world(name: str, *, ns_prefix: str, poll_interval: float) -> Any:
+    """The `world` fixture of a Kubernetes e2e module: one K8sWorld (one app, one namespace) for its tests,
+    which run in order. Each module binds its own: `world = module_world(...)`."""
+    @pytest.fixture(scope="module")
+    def world(_standin: Standin | None, flink_home: Path, counter_jar: Path,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sWorld]:
+        with k8s_world(_standin, flink_home, counter_jar, tmp_path_factory.mktemp(name), ns_prefix=ns_prefix,
+                       poll_interval=poll_interval) as w:
+            yield w
+    return world
+
+
+world = module_world("k8s-e2e", ns_prefix="fr-e2e", poll_interval=0.5)
 
 
 def test_create_runs_the_job_with_taskmanagers_as_a_statefulset_with_a_pvc(world: K8sWorld) -> None:

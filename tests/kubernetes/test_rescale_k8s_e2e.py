@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,8 +32,7 @@ from reconciler.core.plan import Action, RescaleInPlace
 from reconciler.live import k8s_render as r
 from reconciler.spec.model import FlinkApp
 from tests.fixtures.flink import wait_until
-from tests.kubernetes.standin import Standin
-from tests.kubernetes.test_flink_on_k8s_e2e import APP, CLAIM, KEYS, K8sWorld, app_spec, k8s_world
+from tests.kubernetes.test_flink_on_k8s_e2e import APP, CLAIM, KEYS, K8sWorld, app_spec, module_world
 from tests.kubernetes.test_warm_standby_k8s_e2e import live_pods
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.flink, pytest.mark.slow]
@@ -55,12 +53,7 @@ def spec(ns: str, parallelism: int) -> FlinkApp:
     return FlinkApp.model_validate(d)
 
 
-@pytest.fixture(scope="module")
-def world(_standin: Standin | None, flink_home: Path, counter_jar: Path,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sWorld]:
-    with k8s_world(_standin, flink_home, counter_jar, tmp_path_factory.mktemp("k8s-rescale"), ns_prefix="fr-rs",
-                   poll_interval=0.3) as w:
-        yield w
+world = module_world("k8s-rescale", ns_prefix="fr-rs", poll_interval=0.3)
 
 
 def pods(w: K8sWorld) -> dict[str, tuple[str, str, list[int]]]:

@@ -237,8 +237,8 @@ def test_a_standby_that_would_not_fit_the_namespace_quota_fails_before_anything_
 
 
 def kubernetes_requests(rt: KubernetesRuntime, a: Any) -> dict[str, float]:
-    from reconciler.live.kubernetes import pod_requests
-    need = pod_requests(rt.render(a, generation=GEN))
+    from reconciler.live.kubernetes import quota_need
+    need = quota_need(rt.render(a, generation=GEN))
     return {k: round(need[k], 3) for k in ("pods", "requests.cpu")}
 
 
@@ -297,9 +297,8 @@ def test_a_standby_is_checked_against_claim_storage_and_object_count_quotas_too(
     assert "persistentvolumeclaims used 9 of 10, a second cluster needs 2 more" in refused["stateful"]
     assert "fast.storageclass.storage.k8s.io/requests.storage used 70Gi of 100Gi, a second cluster needs " \
            "40Gi more" in refused["stateful"]
-    from reconciler.live.kubernetes import pod_requests
-    need = pod_requests([o for o in rt.render(plain, generation=GEN)
-                         if (o["metadata"].get("labels") or {}).get(r.LABEL_GENERATION) == GEN])
+    from reconciler.live.kubernetes import of_generation, quota_need
+    need = quota_need(of_generation(rt.render(plain, generation=GEN), GEN))
     assert need["count/configmaps"] == 1 and "persistentvolumeclaims" not in need
 
 

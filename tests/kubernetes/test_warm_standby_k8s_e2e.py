@@ -22,7 +22,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,6 @@ from reconciler.live.flink import FlinkRestClient
 from reconciler.live.kubernetes import HA_CONFIGMAP_SELECTOR, KubernetesRuntime, Pointers, ha_configmap_cluster_id
 from reconciler.spec.model import FlinkApp
 from tests.fixtures.flink import wait_until
-from tests.kubernetes.standin import Standin
 from tests.kubernetes.test_flink_on_k8s_e2e import (
     APP,
     CHILD,
@@ -45,7 +43,7 @@ from tests.kubernetes.test_flink_on_k8s_e2e import (
     K8sWorld,
     app_spec,
     ha_spec,
-    k8s_world,
+    module_world,
 )
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.flink, pytest.mark.slow]
@@ -60,12 +58,7 @@ def spec(ns: str, memory: str, *, ha: bool = False) -> FlinkApp:
     return FlinkApp.model_validate(d)
 
 
-@pytest.fixture(scope="module")
-def world(_standin: Standin | None, flink_home: Path, counter_jar: Path,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sWorld]:
-    with k8s_world(_standin, flink_home, counter_jar, tmp_path_factory.mktemp("k8s-ws"), ns_prefix="fr-ws",
-                   poll_interval=0.3) as w:
-        yield w
+world = module_world("k8s-ws", ns_prefix="fr-ws", poll_interval=0.3)
 
 
 def live_pods(w: K8sWorld) -> list[Obj]:
