@@ -436,14 +436,16 @@ class GitSource:
                 if self._ref_sha(ref) is None or self._ref_sha(ref) == remote_tip:
                     self._drop_pending(ref, len(pending))
                     return
-                status, _, err = self._exec(
+                status, out, err = self._exec(
                     ["push", "--porcelain", "origin", f"{ref}:{ref}"], network=True
                 )
                 if status == 0:
                     self._drop_pending(ref, len(pending))
                     return
                 last_error = self._redact(err)
-                if not any(p in err.lower() for p in _NON_FAST_FORWARD):
+                # --porcelain prints the ref's verdict (`[rejected] (fetch first)`) on stdout, not stderr.
+                said = f"{out.decode(errors='replace')}\n{err}".lower()
+                if not any(p in said for p in _NON_FAST_FORWARD):
                     raise self._classify(f"push notes to {self._url}", err)
                 log.info("notes push to %s raced another writer (attempt %d), retrying", self._url, attempt)
                 # Shards push to one notes ref at once: a random pause breaks the lockstep of their retries.

@@ -302,6 +302,39 @@ def test_two_writers_do_not_clobber_each_other(up: Upstream, tmp_path: Path) -> 
     b.push_notes()
 
 
+def test_a_notes_push_that_loses_a_race_is_retried_in_place(up: Upstream, tmp_path: Path) -> None:
+    """Another writer pushes between this writer's fetch of the notes and its push (a real race on the
+    origin, set off by a git hook): the push is rejected (`fetch first`) and is retried at once on top of
+    the other writer's notes, not failed back to the caller to retry a second later."""
+    a = GitSource(str(up.origin), tmp_path / "a")
+    b = GitSource(str(up.origin), tmp_path / "b")
+    sha = a.fetch().new_sha
+    b.fetch()
+    a.add_note(sha, "flink-reconciler/orders", "flink-reconciler/orders: success - a")
+    a.push_notes()
+    a.add_note(sha, "flink-reconciler/orders", "flink-reconciler/orders: success - a again")  # not pushed yet
+    b.add_note(sha, "flink-reconciler/billing", "flink-reconciler/billing: failure - b")
+    # When b's fetch has stored origin's notes (not when it clears its copy), only the first time, a pushes.
+    marker = tmp_path / "raced"
+    hook = b.git_dir / "hooks" / "reference-transaction"
+    hook.parent.mkdir(exist_ok=True)
+    hook.write_text(f"""#!/bin/sh
+[ "$1" = committed ] || exit 0
+grep -v ' 0000000000000000000000000000000000000000 ' | grep -q ' refs/flink-reconciler/remote-notes/' || exit 0
+[ -e {marker} ] && exit 0
+touch {marker}
+git --git-dir {a.git_dir} push -q origin refs/notes/flink-reconciler:refs/notes/flink-reconciler
+""")
+    hook.chmod(0o755)
+    b.push_notes()
+    assert marker.exists()  # the race did happen
+    remote = git(up.origin, "notes", "--ref=flink-reconciler", "show", sha)
+    assert remote.splitlines() == [
+        "flink-reconciler/orders: success - a again",
+        "flink-reconciler/billing: failure - b",
+    ]
+
+
 def test_push_notes_to_unreachable_origin_keeps_lines_for_later(up: Upstream, tmp_path: Path) -> None:
     src = source(up, tmp_path)
     sha = src.fetch().new_sha
