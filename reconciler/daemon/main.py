@@ -17,7 +17,7 @@ from reconciler.daemon.ports import ReconcileService
 from reconciler.daemon.scheduler import Daemon
 from reconciler.daemon.shards import Shard, ShardedService, ShardLeases, ShardRecordStore
 from reconciler.errors import ConfigError
-from reconciler.memory import limit_arenas
+from reconciler.memory import limit_arenas, tune_gc
 from reconciler.settings import Settings
 
 if TYPE_CHECKING:
@@ -99,6 +99,7 @@ def run(settings: Settings, make_service: ServiceFactory, *, clock: Clock | None
         raise ConfigError("`run` needs a repository: --repo or FLINK_RECONCILER_REPO_URL")
     clock = clock if clock is not None else SystemClock()
     limit_arenas()  # before any thread of the daemon allocates
+    tune_gc()
     with DaemonLock(settings.state_dir) as lock:
         log.info("starting flink-reconciler daemon", extra={"lock": str(lock.path), "settings": settings.redacted()})
         metrics = Metrics()
