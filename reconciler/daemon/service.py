@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import sys
 import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -574,9 +575,10 @@ def make_record_store(settings: Settings, runtime: Runtime | None,
                       elector: LeaseElector | None = None) -> RecordStore:
     """Records live with the runtime: ConfigMaps beside the apps on Kubernetes (writes fenced by the
     leader Lease when there is one), files beside the clusters for the local runtime."""
-    from reconciler.live.kubernetes import KubernetesRuntime
-
-    if isinstance(runtime, KubernetesRuntime):
+    # A KubernetesRuntime exists only once its module is imported: a local or dry-run daemon does not pay
+    # for importing the kubernetes client (a fifth of its start-up imports) just to ask.
+    k8s = sys.modules.get("reconciler.live.kubernetes")
+    if k8s is not None and isinstance(runtime, k8s.KubernetesRuntime):
         from reconciler.live.k8s_records import ConfigMapRecordStore, lease_fence
 
         return ConfigMapRecordStore(runtime.kube, runtime.namespaces,
