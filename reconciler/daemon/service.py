@@ -400,8 +400,11 @@ class Reconciler:
 
     def _status(self, revision: str, app: str, state: Outcome, description: str, *,
                 res: AppResult | None = None) -> None:
-        if self.reporter is None:
-            return
+        if self.reporter is not None:
+            self.reporter.report(self._commit_status(revision, app, state, description, res=res))
+
+    def _commit_status(self, revision: str, app: str, state: Outcome, description: str, *,
+                       res: AppResult | None = None) -> CommitStatus:
         status = CommitStatus(revision=revision, app=app, state=state, description=description,
                               target_url=self.target_url)
         if res is not None and (res.restored_from is not None or res.savepoints):
@@ -409,24 +412,29 @@ class Reconciler:
                                   restored_from=res.restored_from, savepoints=res.savepoints, at=self.clock.now(),
                                   description="")
             status = dataclasses.replace(status, description=f"{description} ({status.lineage_text()})")
-        self.reporter.report(status)
+        return status
 
     def _report_plan(self, the_plan: Plan, *, incremental: bool, skip: Collection[str] = ()) -> None:
+        if self.reporter is None:
+            return
+        rev = the_plan.revision
+        out: list[CommitStatus] = []
         for ap in the_plan.apps:
             if ap.app in skip:
                 continue
             if ap.action is Action.ERROR:
-                self._status(the_plan.revision, ap.app, Outcome.ERROR, ap.reason)
+                out.append(self._commit_status(rev, ap.app, Outcome.ERROR, ap.reason))
             elif ap.action is Action.BLOCKED:
                 rec = self.journal.record(ap.app)
-                if rec and rec.last_outcome is Outcome.FAILURE and rec.last_attempted_revision == the_plan.revision:
+                if rec and rec.last_outcome is Outcome.FAILURE and rec.last_attempted_revision == rev:
                     continue  # this commit already shows why it failed; "blocked" would only bury that
-                self._status(the_plan.revision, ap.app, Outcome.FAILURE, "blocked: " + ap.reason)
+                out.append(self._commit_status(rev, ap.app, Outcome.FAILURE, "blocked: " + ap.reason))
             elif ap.action is Action.NOOP:
                 if incremental:
-                    self._status(the_plan.revision, ap.app, Outcome.SUCCESS, ap.reason)
+                    out.append(self._commit_status(rev, ap.app, Outcome.SUCCESS, ap.reason))
             else:
-                self._status(the_plan.revision, ap.app, Outcome.PENDING, _pending_text(ap))
+                out.append(self._commit_status(rev, ap.app, Outcome.PENDING, _pending_text(ap)))
+        self.reporter.report_many(out)  # one batch: one note push for the whole pass
 
     def _report_result(self, revision: str | None, res: AppResult) -> None:
         if revision is None or res.action in (Action.ERROR, Action.BLOCKED, Action.NOOP):

@@ -82,23 +82,29 @@ class _SinkWorker:
 
     # ---- called from the reconciling side: never blocks on I/O
 
-    def submit(self, status: CommitStatus) -> None:
-        key = (status.revision, status.app)
+    def submit(self, statuses: Sequence[CommitStatus]) -> None:
+        """Queue `statuses` at once: the worker takes them as one batch (a pass's statuses are one note push,
+        not a first push of those queued before the worker woke and a second of the rest)."""
         with self._cond:
-            queued = self._queue.get(key)
-            if queued is not None and queued.status == status:
-                self._counts["skipped"] += 1
-                return
-            if queued is None and self._last.get(key) == hash(status):
-                self._counts["skipped"] += 1
-                return
-            if queued is None and len(self._queue) >= self._max_pending:
-                self._counts["dropped"] += 1
-                log.warning("status queue of %s is full (%d): dropped %s %s for %s", self.sink.name,
-                            self._max_pending, status.context, status.state.value, status.revision[:12])
-                return
-            self._queue[key] = _Item(status)  # replaces an older status for the same key
+            for status in statuses:
+                self._submit(status)
             self._cond.notify_all()
+
+    def _submit(self, status: CommitStatus) -> None:
+        key = (status.revision, status.app)
+        queued = self._queue.get(key)
+        if queued is not None and queued.status == status:
+            self._counts["skipped"] += 1
+            return
+        if queued is None and self._last.get(key) == hash(status):
+            self._counts["skipped"] += 1
+            return
+        if queued is None and len(self._queue) >= self._max_pending:
+            self._counts["dropped"] += 1
+            log.warning("status queue of %s is full (%d): dropped %s %s for %s", self.sink.name,
+                        self._max_pending, status.context, status.state.value, status.revision[:12])
+            return
+        self._queue[key] = _Item(status)  # replaces an older status for the same key
 
     def stats(self) -> SinkStats:
         with self._cond:
@@ -278,11 +284,16 @@ class Reporter:
 
     def report(self, status: CommitStatus) -> None:
         """Queue `status` for every sink and return at once."""
+        self.report_many([status])
+
+    def report_many(self, statuses: Sequence[CommitStatus]) -> None:
+        """Queue `statuses` for every sink as one batch (a pass's) and return at once."""
         if self._closed:
-            log.warning("reporter closed: dropped %s %s", status.context, status.state.value)
+            for status in statuses:
+                log.warning("reporter closed: dropped %s %s", status.context, status.state.value)
             return
         for worker in self._workers:
-            worker.submit(status)
+            worker.submit(statuses)
 
     def flush(self, timeout: float) -> bool:
         """Wait up to `timeout` real seconds until nothing is pending; True if everything settled."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,24 @@ def test_a_batch_for_one_commit_writes_its_note_once(tmp_path: Path) -> None:
     git(repo.work, "fetch", "-q", "origin", "refs/notes/*:refs/notes/*")
     note = git(repo.work, "notes", "--ref=flink-reconciler", "show", sha).splitlines()
     assert len(note) == 50 and "flink-reconciler/app-3: failure - later wins" in note
+
+
+def test_a_pass_reported_at_once_is_one_note_push(up: Upstream, tmp_path: Path) -> None:
+    """A pass hands its statuses over together (report_many): the notes worker takes them as one batch,
+    not the first few it woke up to and then the rest (twice the pushes, each racing other shards')."""
+    src = GitSource(str(up.origin), tmp_path / "cache")
+    sha = src.fetch().new_sha
+    statuses = [CommitStatus(sha, f"app-{i:04d}", Outcome.PENDING, "create") for i in range(3000)]
+    switch = sys.getswitchinterval()
+    with Reporter([GitNotesSink(src)], FakeClock()) as reporter:  # its worker idles, waiting for a status
+        sys.setswitchinterval(1e-6)  # the worker gets the GIL whenever it could take a part of the batch
+        try:
+            reporter.report_many(statuses)
+        finally:
+            sys.setswitchinterval(switch)
+        assert reporter.flush(30)
+    assert git(up.origin, "rev-list", "--count", "refs/notes/flink-reconciler").strip() == "1"
+    assert len(git(up.origin, "notes", "--ref=flink-reconciler", "show", sha).splitlines()) == 3000
 
 
 def test_a_failed_push_of_a_whole_pass_is_one_warning_not_one_per_app(
