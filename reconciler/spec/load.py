@@ -291,7 +291,7 @@ def load_file(path: str, data: bytes | Unreadable, *, keep: Callable[[str], bool
     if keep is not None and not parse and (name := plain_name(text)) is not None and not keep(name):
         return [], []  # another shard's app
     try:
-        docs = _parse_all(text)
+        docs = _parse_docs(text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         return [], [SpecError(f"invalid YAML: {e.problem or e.context}", file=path,
@@ -304,19 +304,20 @@ def load_file(path: str, data: bytes | Unreadable, *, keep: Callable[[str], bool
         return [], [SpecLimitError(f"nested more than {MAX_DEPTH} levels deep", file=path)]
     except ValueError as e:  # e.g. an integer of more digits than Python converts
         return [], [SpecError(f"invalid YAML: {e}", file=path)]
-    if all(doc is None for doc in docs):
+    if all(doc is None for doc, _ in docs):
         return [], [SpecError("holds no FlinkApp (the file is empty, only comments, or null); delete the "
                               "file to remove its apps", file=path)]
     apps: list[LoadedApp] = []
     errors: list[SpecError] = []
     locator: _Locator | None = None
-    for i, doc in enumerate(docs):
+    for i, (doc, within_limits) in enumerate(docs):
         if doc is None:
             continue  # an empty document (e.g. a trailing ---)
         if keep is not None and (name := _doc_name(doc)) is not None and not keep(name):
             continue  # another shard's app
         try:
-            _check_nodes(doc)
+            if not within_limits:
+                _check_nodes(doc)
         except SpecLimitError as e:
             errors.append(SpecLimitError(e.message, file=path, app=_doc_name(doc)))
             continue
@@ -366,7 +367,9 @@ def _shared_field_sets(app: FlinkApp) -> FlinkApp:
         shared = _FIELD_SETS.setdefault(frozenset(names), names)
         if shared is not names:
             object.__setattr__(model, "__pydantic_fields_set__", shared)
-        for value in model.__dict__.values():
+        fields = model.__dict__
+        for name in _model_valued(type(model)):
+            value = fields[name]
             if isinstance(value, BaseModel):
                 stack.append(value)
             elif isinstance(value, (tuple, list)):
@@ -374,8 +377,21 @@ def _shared_field_sets(app: FlinkApp) -> FlinkApp:
     return app
 
 
+_MODEL_VALUED: dict[type[BaseModel], tuple[str, ...]] = {}
+
+
+def _model_valued(cls: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of `cls` whose type names a model (the only ones `_shared_field_sets` must visit)."""
+    names = _MODEL_VALUED.get(cls)
+    if names is None:
+        names = _MODEL_VALUED[cls] = tuple(n for n, f in cls.model_fields.items() if _model_in(f.annotation))
+    return names
+
+
 def _doc_start(text: str, doc_index: int) -> int:
     """1-based line where document `doc_index` starts (cheap: separators only, no parse)."""
+    if doc_index == 0 and "---" not in text:
+        return 1  # one document, from the top (what nearly every spec file is)
     seps = list(_DOC_SEPARATOR.finditer(text))
     starts = [text.count("\n", 0, m.start()) + 1 for m in seps]
     head = text[: seps[0].start()] if seps else text
@@ -388,16 +404,20 @@ def _parse_all(text: str) -> list[Any]:
     """Every document of `text`, as `yaml.load_all(text, Loader=_Loader)` gives them (same values, same
     errors), about twice as fast: libyaml composes each document's nodes, and a plain one (see `_plain`)
     is built from them here instead of by PyYAML's general constructor."""
-    docs: list[Any] = []
+    return [doc for doc, _ in _parse_docs(text)]
+
+
+def _parse_docs(text: str) -> list[tuple[Any, bool]]:
+    """(document, within limits): True when `_plain` built it, which proves what `_check_nodes` checks."""
+    docs: list[tuple[Any, bool]] = []
     loader = _Loader(text)
     try:
         while loader.check_node():
             node = loader.get_node()
             try:
-                doc = None if node is None else _plain(node, 0, set())
+                docs.append((None if node is None else _plain(node, 0, set()), True))
             except (_NotPlainError, ValueError):  # built by PyYAML instead: its values and its errors
-                doc = loader.construct_document(node)
-            docs.append(doc)
+                docs.append((loader.construct_document(node), False))
             if len(docs) > MAX_DOCUMENTS:
                 raise SpecLimitError(f"more than {MAX_DOCUMENTS} documents in one file", file="")
     finally:
@@ -416,8 +436,9 @@ _BOOLS: dict[str, bool] = yaml.constructor.SafeConstructor.bool_values
 def _plain(node: yaml.Node, depth: int, seen: set[int]) -> Any:
     """The value of a document made of mappings with unique string keys, sequences, strings, ints,
     floats, booleans and nulls (what a spec is); raises _NotPlainError for anything else. `seen`: the nodes
-    built so far, so a node met twice (an alias) goes to PyYAML, which shares its value as it should."""
-    if depth > MAX_DEPTH or id(node) in seen:
+    built so far, so a node met twice (an alias) goes to PyYAML, which shares its value as it should.
+    What it builds is within MAX_DEPTH and MAX_NODES (no alias expands it), as `_check_nodes` counts."""
+    if depth > MAX_DEPTH or id(node) in seen or len(seen) >= MAX_NODES:
         raise _NotPlainError
     seen.add(id(node))
     tag = node.tag

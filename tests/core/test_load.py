@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from reconciler.errors import SpecLimitError
-from reconciler.spec.load import MAX_FILE_BYTES, Unreadable, load_dir, load_files
+from reconciler.spec.load import MAX_FILE_BYTES, MAX_NODES, Unreadable, load_dir, load_files
 from reconciler.spec.policy import SpecPolicy
 
 GOOD = """\
@@ -89,6 +91,16 @@ def test_alias_bomb_fails_fast_and_clearly() -> None:
     bomb = "\n".join(lines) + "\napiVersion: flink-reconciler.io/v1alpha1\nkind: FlinkApp\n"
     (err,) = load_files({"bomb.yaml": bomb.encode()}).errors
     assert isinstance(err, SpecLimitError) and "alias bomb" in err.message and err.file == "bomb.yaml"
+
+
+def test_a_document_of_too_many_plain_nodes_is_a_limit_too() -> None:
+    """No alias: just more values than MAX_NODES (the loader builds such a document itself until then)."""
+    many = GOOD.format(name="x") + "  podTemplate: {items: [" + ", ".join(["1"] * (MAX_NODES + 10)) + "]}\n"
+    assert len(many) < MAX_FILE_BYTES
+    (err,) = load_files({"many.yaml": many.encode()}).errors
+    assert isinstance(err, SpecLimitError) and "more than 50000 nodes" in err.message and err.app == "x"
+    fits = GOOD.format(name="x") + "  podTemplate: {items: [" + ", ".join(["1"] * (MAX_NODES - 100)) + "]}\n"
+    assert not any(isinstance(e, SpecLimitError) for e in load_files({"fits.yaml": fits.encode()}).errors)
 
 
 def test_huge_file_is_refused_before_parsing() -> None:
@@ -268,3 +280,23 @@ def test_an_app_name_shaped_like_a_standby_generation_is_refused(name: str, ok: 
     (err,) = result.errors
     assert err.field == "metadata.name" and err.file == "a.yaml" and err.line is not None
     assert "warm standby's cluster generation" in err.message and "'orders'" in err.message
+
+
+def test_loaded_apps_share_their_models_field_name_sets() -> None:
+    """Every model of a loaded app, nested ones too, holds a shared set of its given field names (memory:
+    a dozen sets per app otherwise): two apps written alike share each one."""
+    spec = GOOD + "  taskManager: {{replicas: 2, resources: {{cpu: 1}}}}\n  deadlines: {{start: 5m}}\n"
+    result = load_files({"a.yaml": spec.format(name="a").encode(), "b.yaml": spec.format(name="b").encode()})
+
+    def models(m: Any) -> list[Any]:
+        out = [m]
+        for v in m.__dict__.values():
+            for x in (v if isinstance(v, (tuple, list)) else (v,)):
+                if isinstance(x, BaseModel):
+                    out += models(x)
+        return out
+
+    a, b = (models(result.apps[n].app) for n in ("a", "b"))
+    assert len(a) == len(b) > 5
+    for x, y in zip(a, b, strict=True):
+        assert x.__pydantic_fields_set__ is y.__pydantic_fields_set__, type(x).__name__
