@@ -14,7 +14,7 @@ T = TypeVar("T")
 
 def spec_paths(files: Mapping[str, T]) -> dict[str, T]:
     """Hidden files and folders (.github/, .gitlab-ci.yml) are never specs."""
-    return {p: d for p, d in files.items() if not any(part.startswith(".") for part in p.split("/"))}
+    return {p: d for p, d in files.items() if not (p.startswith(".") or "/." in p)}
 
 
 def load_at(source: GitSource, rev: str, subdir: str = "", *, policy: SpecPolicy = SpecPolicy.RESTRICTED) -> LoadResult:

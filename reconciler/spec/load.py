@@ -165,6 +165,8 @@ def load_files(files: Mapping[str, bytes | Unreadable], *, policy: SpecPolicy = 
 def _file_result(path: str, data: bytes | Unreadable, policy: SpecPolicy,
                  keep: Callable[[str], bool] | None = None, parse: bool = False) -> FileResult:
     loaded, errors = load_file(path, data, keep=keep, parse=parse)
+    if not loaded and not errors:
+        return _NOTHING  # e.g. another shard's file: most files of a sharded repository
     apps = []
     for la in loaded:
         refused = violations(la.app, policy)
@@ -179,7 +181,7 @@ _NOTHING = FileResult()
 
 
 def _only(fr: FileResult, keep: Callable[[str], bool] | None) -> FileResult:
-    if keep is None:
+    if keep is None or fr is _NOTHING:
         return fr
     apps = tuple(la for la in fr.apps if keep(la.app.name))
     errors = tuple(e for e in fr.errors if e.app is None or not valid_name(e.app) or keep(e.app))

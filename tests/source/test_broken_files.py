@@ -213,3 +213,12 @@ def test_a_folder_of_specs_replaced_by_a_symlink_is_not_a_deletion(tmp_path: Pat
     incremental = base.update(update)
     assert {"apps/team/one.yaml", "apps/team/two.yaml"} <= incremental.broken_files
     assert "one" not in incremental.apps and "keep" in incremental.apps
+
+
+def test_hidden_files_and_folders_are_never_specs() -> None:
+    from reconciler.source.specs import spec_paths
+
+    paths = ["a.yaml", ".gitlab-ci.yml", ".github/workflows/ci.yaml", "apps/.hidden/x.yaml", "apps/.x.yaml",
+             "apps/x.y/z.yaml", "apps/x./z.yaml", "apps/..yaml", "app.s/ok.yaml", "apps/not.hidden.yaml"]
+    assert list(spec_paths(dict.fromkeys(paths, b""))) == ["a.yaml", "apps/x.y/z.yaml", "apps/x./z.yaml",
+                                                           "app.s/ok.yaml", "apps/not.hidden.yaml"]
