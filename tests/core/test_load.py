@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import BaseModel
 
 from reconciler.errors import SpecLimitError
-from reconciler.spec.load import MAX_FILE_BYTES, MAX_NODES, Unreadable, load_dir, load_files
+from reconciler.spec.load import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, Unreadable, load_dir, load_files
 from reconciler.spec.policy import SpecPolicy
 
 GOOD = """\
@@ -300,3 +301,35 @@ def test_loaded_apps_share_their_models_field_name_sets() -> None:
     assert len(a) == len(b) > 5
     for x, y in zip(a, b, strict=True):
         assert x.__pydantic_fields_set__ is y.__pydantic_fields_set__, type(x).__name__
+
+
+@pytest.mark.parametrize("depth", range(MAX_DEPTH - 2, MAX_DEPTH + 3))
+def test_the_nesting_limit_is_exact_whichever_way_a_document_is_built(depth: int) -> None:
+    """The loader builds plain documents itself and proves the limits as it goes; the verdict at the
+    boundary is the one `_check_nodes` gives on PyYAML's document."""
+    from reconciler.spec.load import _check_nodes, _Loader
+
+    nest = "".join(f"\n{'  ' * (i + 2)}k{i}:" for i in range(depth - 3)) + " leaf\n"
+    text = GOOD.format(name="x") + "  podTemplate:" + nest
+    try:
+        _check_nodes(yaml.load(text, Loader=_Loader))
+        over = False
+    except SpecLimitError:
+        over = True
+    limited = [e for e in load_files({"a.yaml": text.encode()}).errors if isinstance(e, SpecLimitError)]
+    assert bool(limited) == over
+
+
+@pytest.mark.parametrize("extra", [-2, -1, 0, 1, 2])
+def test_the_node_limit_is_exact_whichever_way_a_document_is_built(extra: int) -> None:
+    from reconciler.spec.load import _check_nodes, _Loader
+
+    n = MAX_NODES - 8 + extra  # around the limit, counting the spec's own nodes
+    text = GOOD.format(name="x") + "  podTemplate: {" + ", ".join(f"k{i}: v" for i in range(n)) + "}\n"
+    try:
+        _check_nodes(yaml.load(text, Loader=_Loader))
+        over = False
+    except SpecLimitError:
+        over = True
+    limited = [e for e in load_files({"a.yaml": text.encode()}).errors if isinstance(e, SpecLimitError)]
+    assert bool(limited) == over
