@@ -14,6 +14,7 @@ Violations are spec errors of the app (the planner leaves it as it is), found at
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Iterator
@@ -96,6 +97,7 @@ def _inet_aton(host: str) -> ipaddress.IPv4Address | None:
     return ipaddress.IPv4Address(value << last_bits | nums[-1])
 
 
+@functools.lru_cache(maxsize=1024)  # a fleet's jars come from a few hosts; parsing one costs ~10 us
 def _internal_ip(host: str) -> bool:
     ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None
     try:
