@@ -6,6 +6,7 @@ sits behind this Protocol, so the daemon is tested with a recording fake.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 
@@ -30,3 +31,12 @@ class StatusSource(Protocol):
     """Optional: a service that also implements this adds its per-app lines to the status page (`/`)."""
 
     def status_text(self) -> str: ...
+
+
+@runtime_checkable
+class AsksForPasses(Protocol):
+    """Optional: a service that knows when a pass is due before the next poll (a shard it just took) is
+    given, once the daemon runs, a way to ask for one (`request(reason)`: an incremental pass, queued like a
+    webhook's, never run twice at once)."""
+
+    def ask_for_passes_with(self, request: Callable[[str], None]) -> None: ...

@@ -27,7 +27,7 @@ from reconciler import __version__
 from reconciler.clock import Clock, SystemClock
 from reconciler.daemon.http import Endpoints, HttpServer
 from reconciler.daemon.metrics import Metrics
-from reconciler.daemon.ports import ReconcileService, StatusSource
+from reconciler.daemon.ports import AsksForPasses, ReconcileService, StatusSource
 from reconciler.daemon.webhooks import WebhookEvent, WebhookSecrets
 from reconciler.errors import ReconcilerError
 from reconciler.logs import mask_secrets, utc_timestamp
@@ -216,6 +216,8 @@ class Daemon:
         self.http.start()
         self.runner.start()
         self.runner.request(full=True, trigger="startup", reason="startup")
+        if isinstance(self.service, AsksForPasses):
+            self.service.ask_for_passes_with(self._asked)
         self._scheduler.add_job(
             self._tick, "interval", seconds=self.settings.poll_interval, args=("poll",), id="poll", name="poll"
         )
@@ -311,6 +313,9 @@ class Daemon:
 
     def on_webhook(self, event: WebhookEvent) -> bool:
         return self.request_sync(full=False, trigger="webhook", reason=f"webhook: {event.describe()}")
+
+    def _asked(self, reason: str) -> None:
+        self.request_sync(full=False, trigger="poll", reason=reason)
 
     def _tick(self, trigger: Trigger) -> None:
         self.request_sync(full=trigger == "drift", trigger=trigger, reason=trigger)

@@ -160,6 +160,7 @@ class ShardLeases:
         self._ticks = 0
         self._stopped = False
         self._mutex = threading.RLock()
+        self.on_taken: Callable[[int], None] | None = None  # called with each shard a round took
         self.last_error: str | None = None
 
     # ---- what the service asks --------------------------------------------------------------------
@@ -192,6 +193,7 @@ class ShardLeases:
         """One round: announce ourselves, renew what we hold, give up the surplus, take what is free."""
         from reconciler.live.kubernetes import KubernetesApiError, KubernetesUnavailableError
 
+        taken: list[int] = []
         with self._mutex:
             if self._stopped:
                 return
@@ -243,6 +245,10 @@ class ShardLeases:
                     log.info("shard leases: %s took shard %d of %d", self.identity, i, self.shards)
                     self._terms[i] += 1
                     free -= 1
+                    taken.append(i)
+        for i in taken:  # outside the mutex: the service asks the daemon for a pass of it
+            if self.on_taken is not None:
+                self.on_taken(i)
 
     def _count_members(self, leases: dict[str, dict[str, Any]]) -> int:
         """Live replicas: our own membership plus every other one renewed within its duration on our clock.
@@ -333,7 +339,7 @@ class ShardedService:
 
     Each shard's Reconciler is the one of `shard: i` with leader election: it loads, sees, plans and
     prunes only its shard's apps (mass-deletion guard per shard), and its records are fenced by its
-    shard's Lease. A shard taken gets a new Reconciler (a full pass at the next sync); a shard lost or
+    shard's Lease. A shard taken gets a new Reconciler and a full pass at once; a shard lost or
     given up is dropped with everything it held. Passes of the held shards run one after the other in
     the sync thread; the Leases are kept by `ShardLeases.run` in their own thread."""
 
@@ -351,6 +357,11 @@ class ShardedService:
 
     def reconcilers(self) -> dict[int, Reconciler]:
         return {i: rec for i, (_, rec) in self._recs.items()}
+
+    def ask_for_passes_with(self, request: Callable[[str], None]) -> None:
+        """A shard taken gets its first pass at once, not at the next poll (up to a poll interval later):
+        after a replica was lost, its apps wait out the Lease duration already."""
+        self.leases.on_taken = lambda i: request(f"shard {i} taken")
 
     def sync(self, *, full: bool, reason: str) -> None:
         with self._lock:

@@ -97,6 +97,31 @@ def test_webhook_triggers_an_immediate_sync(make_daemon: MakeDaemon, fake_servic
     assert sample(d, "flink_reconciler_webhook_requests_total", forge="github", result="triggered") == 1
 
 
+def test_a_service_can_ask_for_a_pass_before_the_next_poll(make_settings: Callable[..., Settings]) -> None:
+    """`shard: auto` asks for a pass of a shard it just took, instead of waiting up to a poll interval."""
+
+    class Asking(FakeService):
+        request: Callable[[str], None] | None = None
+
+        def ask_for_passes_with(self, request: Callable[[str], None]) -> None:
+            self.request = request
+
+    service = Asking()
+    d = Daemon(service, make_settings(), Metrics(), SystemClock())  # poll and drift: an hour away
+    d.start()
+    try:
+        service.wait_calls(1)
+        assert d.runner.wait_idle(5) and service.request is not None
+        service.request("shard 3 taken")
+        calls = service.wait_calls(2)
+        assert (calls[1].full, calls[1].reason) == (False, "shard 3 taken")
+        d.stop(deadline_s=5)
+        service.request("shard 4 taken")  # after stop: refused, not run
+        assert len(service.calls) == 2
+    finally:
+        d.stop(deadline_s=5)
+
+
 def test_webhook_to_another_branch_does_not_sync(make_daemon: MakeDaemon, fake_service: FakeService) -> None:
     d = make_daemon()
     fake_service.wait_calls(1)

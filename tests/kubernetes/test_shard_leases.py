@@ -18,6 +18,7 @@ import pytest
 
 from reconciler.apply.journal import Journal
 from reconciler.clock import FakeClock
+from reconciler.daemon.ports import AsksForPasses
 from reconciler.daemon.service import Reconciler
 from reconciler.daemon.shards import (
     Shard,
@@ -97,6 +98,8 @@ def test_quota_and_names() -> None:
 
 def test_a_lone_replica_takes_one_shard_per_round_from_its_second_round(cluster: Cluster) -> None:
     a = replica(cluster, "pod-a")
+    taken: list[int] = []
+    a.on_taken = taken.append  # the sharded service asks the daemon for a pass of each shard taken
     a.tick()
     assert a.held() == frozenset()  # announced only: replicas started together see each other first
     member = cluster.kube.get("Lease", cluster.namespace, member_lease_name(LEASE, "pod-a"))
@@ -105,6 +108,7 @@ def test_a_lone_replica_takes_one_shard_per_round_from_its_second_round(cluster:
         advance(cluster, TICK)
         a.tick()
         assert len(a.held()) == n
+        assert len(taken) == n and set(taken) == a.held()  # told of each take, in its round
     assert a.held() == frozenset(range(SHARDS))
     assert "holds shard(s) 0, 1, 2, 3, 4 of 5; 1 live replica(s)" in a.describe()
 
@@ -233,6 +237,10 @@ class Posted:
     def report(self, status: CommitStatus) -> None:
         self.log.append((self.who, status.app, status.revision))
 
+    def report_many(self, statuses: list[CommitStatus]) -> None:
+        for status in statuses:
+            self.report(status)
+
     def close(self, timeout: float = 5.0) -> None:
         pass
 
@@ -350,6 +358,10 @@ def test_the_daemon_service_of_shard_auto_splits_fences_by_shard_and_hands_over_
         monkeypatch.setenv("POD_NAME", f"replica-{k}")
         services.append(make_auto_sharded(load_settings({**base, "state_dir": str(tmp_path / f"s{k}")}), None,
                                           SystemClock()))
+    asked: list[list[str]] = [[], []]
+    for s, got in zip(services, asked, strict=True):
+        assert isinstance(s, AsksForPasses)
+        s.ask_for_passes_with(got.append)  # what the daemon does when it starts
     try:
         def split() -> bool:
             held = [s.leases.held() for s in services]
@@ -359,6 +371,8 @@ def test_the_daemon_service_of_shard_auto_splits_fences_by_shard_and_hands_over_
         while not split() and time.monotonic() < end:
             time.sleep(0.2)
         assert split(), [s.leases.describe() for s in services]
+        for s, got in zip(services, asked, strict=True):  # each shard taken asked for its pass at once
+            assert sorted(got) == [f"shard {i} taken" for i in sorted(s.leases.held())]
         for s in services:
             s.sync(full=True, reason="startup")
             assert set(s.reconcilers()) == s.leases.held()
