@@ -303,33 +303,29 @@ def test_loaded_apps_share_their_models_field_name_sets() -> None:
         assert x.__pydantic_fields_set__ is y.__pydantic_fields_set__, type(x).__name__
 
 
+def limited_as_pyyaml_would_be(text: str) -> bool:
+    """Whether load_files reports a limit for `text` exactly when `_check_nodes` does on PyYAML's document."""
+    from reconciler.spec.load import _check_nodes, _Loader
+
+    try:
+        _check_nodes(yaml.load(text, Loader=_Loader))
+        over = False
+    except SpecLimitError:
+        over = True
+    limited = [e for e in load_files({"a.yaml": text.encode()}).errors if isinstance(e, SpecLimitError)]
+    return bool(limited) == over
+
+
 @pytest.mark.parametrize("depth", range(MAX_DEPTH - 2, MAX_DEPTH + 3))
 def test_the_nesting_limit_is_exact_whichever_way_a_document_is_built(depth: int) -> None:
     """The loader builds plain documents itself and proves the limits as it goes; the verdict at the
     boundary is the one `_check_nodes` gives on PyYAML's document."""
-    from reconciler.spec.load import _check_nodes, _Loader
-
     nest = "".join(f"\n{'  ' * (i + 2)}k{i}:" for i in range(depth - 3)) + " leaf\n"
-    text = GOOD.format(name="x") + "  podTemplate:" + nest
-    try:
-        _check_nodes(yaml.load(text, Loader=_Loader))
-        over = False
-    except SpecLimitError:
-        over = True
-    limited = [e for e in load_files({"a.yaml": text.encode()}).errors if isinstance(e, SpecLimitError)]
-    assert bool(limited) == over
+    assert limited_as_pyyaml_would_be(GOOD.format(name="x") + "  podTemplate:" + nest)
 
 
 @pytest.mark.parametrize("extra", [-2, -1, 0, 1, 2])
 def test_the_node_limit_is_exact_whichever_way_a_document_is_built(extra: int) -> None:
-    from reconciler.spec.load import _check_nodes, _Loader
-
     n = MAX_NODES - 8 + extra  # around the limit, counting the spec's own nodes
-    text = GOOD.format(name="x") + "  podTemplate: {" + ", ".join(f"k{i}: v" for i in range(n)) + "}\n"
-    try:
-        _check_nodes(yaml.load(text, Loader=_Loader))
-        over = False
-    except SpecLimitError:
-        over = True
-    limited = [e for e in load_files({"a.yaml": text.encode()}).errors if isinstance(e, SpecLimitError)]
-    assert bool(limited) == over
+    pod = "  podTemplate: {" + ", ".join(f"k{i}: v" for i in range(n)) + "}\n"
+    assert limited_as_pyyaml_would_be(GOOD.format(name="x") + pod)
