@@ -324,7 +324,7 @@ def test_the_nesting_limit_is_exact_whichever_way_a_document_is_built(depth: int
     assert limited_as_pyyaml_would_be(GOOD.format(name="x") + "  podTemplate:" + nest)
 
 
-@pytest.mark.parametrize("extra", [-2, -1, 0, 1, 2])
+@pytest.mark.parametrize("extra", [-1, 0])  # the last count within the limit, the first over it
 def test_the_node_limit_is_exact_whichever_way_a_document_is_built(extra: int) -> None:
     n = MAX_NODES - 8 + extra  # around the limit, counting the spec's own nodes
     pod = "  podTemplate: {" + ", ".join(f"k{i}: v" for i in range(n)) + "}\n"

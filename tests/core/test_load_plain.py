@@ -3,7 +3,7 @@
 `_parse_all` builds a plain document (mappings with unique string keys, lists, core scalars) from
 libyaml's nodes itself and hands everything else to PyYAML; the promise is the same values (with their
 types: `True` is not `1`) and the same errors as `yaml.load_all(text, Loader=_Loader)`. Checked on YAML's
-corners and on 20,000 generated documents near a real spec.
+corners, on 20,000 generated documents near a real spec and on 8,000 of random values.
 """
 
 from __future__ import annotations
@@ -152,14 +152,14 @@ def structure(rng: random.Random, depth: int, anchors: list[str]) -> str:
 
 
 def test_generated_values_build_the_same() -> None:
-    """20,000 documents of random values from YAML's corners (every scalar type, tags, anchors, aliases,
+    """8,000 documents of random values from YAML's corners (every scalar type, tags, anchors, aliases,
     merge keys, duplicates), as block mappings of flow values."""
     rng = random.Random(7)
     outcomes = {"ok": 0, "error": 0}
-    for _ in range(20_000):
+    for _ in range(8_000):
         anchors: list[str] = []
         text = "".join(f"f{n}: {structure(rng, 0, anchors)}\n" for n in range(rng.randint(1, 4)))
         got = ours(text)
         assert got == reference(text), text
         outcomes[got[0]] += 1
-    assert outcomes["ok"] > 3_000 and outcomes["error"] > 1_000, outcomes
+    assert outcomes["ok"] > 1_500 and outcomes["error"] > 1_500, outcomes
