@@ -404,8 +404,8 @@ def _doc_start(text: str, doc_index: int) -> int:
 
 def _parse_all(text: str) -> list[Any]:
     """Every document of `text`, as `yaml.load_all(text, Loader=_Loader)` gives them (same values, same
-    errors), about twice as fast: libyaml composes each document's nodes, and a plain one (see `_plain`)
-    is built from them here instead of by PyYAML's general constructor."""
+    errors), a third faster (10,000 specs: 0.81 -> 0.55 s): libyaml composes each document's nodes, and a
+    plain one (see `_plain`) is built from them here instead of by PyYAML's general constructor."""
     return [doc for doc, _ in _parse_docs(text)]
 
 
@@ -431,7 +431,8 @@ class _NotPlainError(Exception):
     """The document needs PyYAML's constructor (an alias, a merge key, another tag, a duplicate key...)."""
 
 
-_TAG = "tag:yaml.org,2002:"
+_STR, _INT, _NULL, _BOOL, _FLOAT, _MAP, _SEQ = (f"tag:yaml.org,2002:{t}" for t in
+                                                ("str", "int", "null", "bool", "float", "map", "seq"))
 _BOOLS: dict[str, bool] = yaml.constructor.SafeConstructor.bool_values
 
 
@@ -446,21 +447,21 @@ def _plain(node: yaml.Node, depth: int, seen: set[int]) -> Any:
     tag = node.tag
     if type(node) is yaml.ScalarNode:
         value: str = node.value
-        if tag == _TAG + "str":
+        if tag == _STR:
             return value
-        if tag == _TAG + "int":
+        if tag == _INT:
             return _int(value)
-        if tag == _TAG + "null":
+        if tag == _NULL:
             return None
-        if tag == _TAG + "bool" and value.lower() in _BOOLS:
+        if tag == _BOOL and value.lower() in _BOOLS:
             return _BOOLS[value.lower()]
-        if tag == _TAG + "float":
+        if tag == _FLOAT:
             return _RESOLVER.construct_yaml_float(node)
         raise _NotPlainError
-    if type(node) is yaml.MappingNode and tag == _TAG + "map":
+    if type(node) is yaml.MappingNode and tag == _MAP:
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
-            if type(key_node) is not yaml.ScalarNode or key_node.tag != _TAG + "str" or id(key_node) in seen:
+            if type(key_node) is not yaml.ScalarNode or key_node.tag != _STR or id(key_node) in seen:
                 raise _NotPlainError  # a merge key (<<), a non-string key, an alias as a key
             key = key_node.value
             if key in out:
@@ -468,7 +469,7 @@ def _plain(node: yaml.Node, depth: int, seen: set[int]) -> Any:
             seen.add(id(key_node))
             out[key] = _plain(value_node, depth + 1, seen)
         return out
-    if type(node) is yaml.SequenceNode and tag == _TAG + "seq":
+    if type(node) is yaml.SequenceNode and tag == _SEQ:
         return [_plain(item, depth + 1, seen) for item in node.value]
     raise _NotPlainError
 
