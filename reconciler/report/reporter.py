@@ -289,8 +289,10 @@ class Reporter:
     def report_many(self, statuses: Sequence[CommitStatus]) -> None:
         """Queue `statuses` for every sink as one batch (a pass's) and return at once."""
         if self._closed:
-            for status in statuses:
-                log.warning("reporter closed: dropped %s %s", status.context, status.state.value)
+            if statuses:
+                first = statuses[0]
+                log.warning("reporter closed: dropped %s %s%s", first.context, first.state.value,
+                            f" and {len(statuses) - 1} more" if len(statuses) > 1 else "")
             return
         for worker in self._workers:
             worker.submit(statuses)

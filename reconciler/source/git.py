@@ -79,7 +79,15 @@ _UNREACHABLE_PATTERNS = (
     "timed out",
     "the remote end hung up",
 )
-_NON_FAST_FORWARD = ("non-fast-forward", "fetch first", "[rejected]", "cannot lock ref", "stale info")
+_NON_FAST_FORWARD = ("non-fast-forward", "fetch first", "[rejected]", "cannot lock ref", "stale info",
+                     "remote contains work")
+
+
+def _lost_race(out: bytes, err: str) -> bool:
+    """A push refused because the ref moved meanwhile. `--porcelain` prints the ref's verdict
+    (`[rejected] (fetch first)`) on stdout, the hints on stderr: both are read."""
+    said = f"{out.decode(errors='replace')}\n{err}".lower()
+    return any(p in said for p in _NON_FAST_FORWARD)
 
 
 @dataclass(frozen=True)
@@ -445,9 +453,7 @@ class GitSource:
                     self._drop_pending(ref, len(pending))
                     return
                 last_error = self._redact(err)
-                # --porcelain prints the ref's verdict (`[rejected] (fetch first)`) on stdout, not stderr.
-                said = f"{out.decode(errors='replace')}\n{err}".lower()
-                if not any(p in said for p in _NON_FAST_FORWARD):
+                if not _lost_race(out, err):
                     raise self._classify(f"push notes to {self._url}", err)
                 log.info("notes push to %s raced another writer (attempt %d), retrying", self._url, attempt)
                 # Shards push to one notes ref at once: a random pause breaks the lockstep of their retries.
@@ -688,8 +694,7 @@ class GitSource:
             status, out, err = self._exec(["push", "--porcelain", "origin", f"{sha}:refs/heads/{self.branch}"],
                                           network=True)
             if status != 0:
-                said = (err + out.decode(errors="replace")).lower()
-                if any(p in said for p in (*_NON_FAST_FORWARD, "fetch first", "remote contains work")):
+                if _lost_race(out, err):
                     raise SourceError(f"branch {self.branch!r} on {self._url} moved while the commit was written; "
                                       "nothing was pushed: run the command again")
                 raise self._classify(f"push to {self._url}", err)

@@ -93,9 +93,10 @@ def _one_plain_document(text: str) -> bool:
         return False
     if text.startswith(("---", "...", "%")) or "\n---" in text or "\n..." in text or "\n%" in text:
         return False
-    first = 0 if text.startswith("metadata") else text.find("\nmetadata") + 1
-    if first == 0 and not text.startswith("metadata"):
-        return False
+    if text.startswith("metadata"):
+        first = 0
+    elif (first := text.find("\nmetadata") + 1) == 0:
+        return False  # no metadata line
     return text.find("\nmetadata", first) < 0 and _METADATA.match(text, first) is not None
 
 

@@ -1,6 +1,6 @@
-"""The spec loader's own document builder (spec/load.py `_parse_all`) against PyYAML's constructor.
+"""The spec loader's own document builder (spec/load.py `_parse_docs`) against PyYAML's constructor.
 
-`_parse_all` builds a plain document (mappings with unique string keys, lists, core scalars) from
+`_parse_docs` builds a plain document (mappings with unique string keys, lists, core scalars) from
 libyaml's nodes itself and hands everything else to PyYAML; the promise is the same values (with their
 types: `True` is not `1`) and the same errors as `yaml.load_all(text, Loader=_Loader)`. Checked on YAML's
 corners, on 20,000 generated documents near a real spec and on 8,000 of random values.
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from reconciler.spec.load import MAX_DEPTH, _Loader, _parse_all, _plain
+from reconciler.spec.load import MAX_DEPTH, _Loader, _parse_docs, _plain
 from tests.core.test_prescan import mutated
 
 
@@ -39,7 +39,7 @@ def reference(text: str) -> tuple[str, Any]:
 
 def ours(text: str) -> tuple[str, Any]:
     try:
-        return "ok", [typed(d) for d in _parse_all(text)]
+        return "ok", [typed(d) for d, _ in _parse_docs(text)]
     except Exception as e:
         return "error", (type(e).__name__, str(e))
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.spec.load import _doc_name, _parse_all, plain_name
+from reconciler.spec.load import _doc_name, _parse_docs, plain_name
 from reconciler.spec.prescan import declared_name
 
 BASE = [
@@ -34,7 +34,7 @@ BASE = [
 def parsed_name(text: str) -> tuple[bool, Any]:
     """(parsed, metadata.name of its only document or the documents themselves)."""
     try:
-        docs = [d for d in _parse_all(text) if d is not None]
+        docs = [d for d, _ in _parse_docs(text) if d is not None]
     except Exception:  # any parse failure: the file is an error, never skipped unseen by its shard
         return False, None
     if len(docs) == 1 and isinstance(docs[0], dict) and isinstance(docs[0].get("metadata"), dict):
@@ -173,7 +173,7 @@ def test_a_name_the_parser_would_not_read_as_a_string_is_left_to_it() -> None:
     for word in ("null", "true", "false", "123", "0x1f", "0o17", "2024-01-02"):
         text = f"metadata:\n  name: {word}\n"
         assert declared_name(text) == word and plain_name(text) is None
-        assert _doc_name(_parse_all(text)[0]) is None
+        assert _doc_name(_parse_docs(text)[0][0]) is None
 
 
 def test_a_hostile_megabyte_line_is_read_in_linear_time() -> None:
