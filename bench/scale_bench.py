@@ -101,10 +101,21 @@ def write_app(repo: Repo, i: int, v: int = 1, *, template: str = SPEC) -> None:
 
 
 def origin_note(repo: Repo, sha: str) -> str:
-    """The note on `sha` in the origin itself (no fetch: the bench looks at the bare repository)."""
-    proc = subprocess.run(["git", "--git-dir", str(repo.origin), "notes", "--ref", NOTES_REF, "show", sha],
-                          capture_output=True, text=True, check=False, env={**os.environ, **GIT_ENV})
-    return proc.stdout if proc.returncode == 0 else ""
+    """The notes on `sha` in the origin itself, the unsharded ref's and every shard's (no fetch: the bench
+    looks at the bare repository)."""
+    out = []
+    for ref in notes_refs(repo).splitlines():
+        proc = subprocess.run(["git", "--git-dir", str(repo.origin), "notes", "--ref", ref.split()[1], "show", sha],
+                              capture_output=True, text=True, check=False, env={**os.environ, **GIT_ENV})
+        out.append(proc.stdout if proc.returncode == 0 else "")
+    return "".join(out)
+
+
+def notes_refs(repo: Repo) -> str:
+    """`<sha> <ref>` per notes ref the daemons write (a shard its own: refs/notes/flink-reconciler-shard-<i>)."""
+    return subprocess.run(["git", "--git-dir", str(repo.origin), "for-each-ref", "--format=%(objectname) %(refname)",
+                           NOTES_REF, NOTES_REF + "-shard-*"], capture_output=True, text=True, check=True,
+                          env={**os.environ, **GIT_ENV}).stdout
 
 
 def status_apps(note: str) -> set[str]:
@@ -113,8 +124,8 @@ def status_apps(note: str) -> set[str]:
 
 
 class OriginStatuses:
-    """The apps with a status line on a commit, on the origin; a note is read again only when the
-    origin's notes ref moved. (Reading a 50,000-line note at every poll took a tenth of a core from the
+    """The apps with a status line on a commit, on the origin; a note is read again only when one of the
+    origin's notes refs moved. (Reading a 50,000-line note at every poll took a tenth of a core from the
     daemons being measured.)"""
 
     def __init__(self, repo: Repo) -> None:
@@ -123,9 +134,7 @@ class OriginStatuses:
         self._apps: dict[str, set[str]] = {}
 
     def on(self, sha: str) -> set[str]:
-        proc = subprocess.run(["git", "--git-dir", str(self._repo.origin), "rev-parse", "-q", "--verify", NOTES_REF],
-                              capture_output=True, text=True, check=False, env={**os.environ, **GIT_ENV})
-        tip = proc.stdout.strip() or None
+        tip = notes_refs(self._repo) or None
         if tip != self._tip:
             self._tip, self._apps = tip, {}
         if sha not in self._apps:

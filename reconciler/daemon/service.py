@@ -26,7 +26,7 @@ from reconciler.core.observed import AppRecord, Outcome, Records, SavepointRecor
 from reconciler.core.plan import Action, AppPlan, Plan
 from reconciler.core.planner import ADOPTED_RUNNING, Desired, PlanInput, Policy, desired_from, plan
 from reconciler.daemon.metrics import Metrics
-from reconciler.daemon.shards import Shard, ShardRecordStore, shard_view
+from reconciler.daemon.shards import Shard, ShardRecordStore, shard_of, shard_view
 from reconciler.errors import ConfigError, ObserveError, PlanStaleError, ReconcilerError, SpecError
 from reconciler.live.artifacts import resolve_jar
 from reconciler.live.observe import observe
@@ -523,9 +523,12 @@ def make_reporter(settings: Settings, source: GitSource, clock: Clock) -> Report
     if sink_name == "none":
         return None
     if sink_name == "notes":
-        from reconciler.report.gitnotes import GitNotesSink
+        from reconciler.report.gitnotes import GitNotesSink, shard_notes_ref
 
-        return Reporter([GitNotesSink(source)], clock)
+        shards = settings.shards
+        if shards <= 1:
+            return Reporter([GitNotesSink(source)], clock)
+        return Reporter([GitNotesSink(source, ref_for=lambda app: shard_notes_ref(shard_of(app, shards)))], clock)
     token = settings.forge_token
     if not token or not settings.forge_repo:
         raise ConfigError(f"status sink {sink_name} needs forge_token and forge_repo")

@@ -6,11 +6,15 @@ state went, that any clone can read: a reconciler that lost its records recovers
 
     flink-reconciler/orders: success - upgrade applied at 1a2b3c4d5e6f; job 9f... running
     flink-reconciler-lineage/orders: {"at": "...", "restored_from": "file:/sp/savepoint-1", "savepoints": [...], ...}
+
+Sharded daemons write each app's lines under its shard's own ref (`refs/notes/flink-reconciler-shard-<i>`):
+writers of one ref fetch, merge and retry when another pushed first, so five shards sharing a ref spent
+seconds re-merging a 50,000-line note after each lost race; with a ref each they never race one another.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from reconciler.errors import ReportError, SourceAuthError, SourceError, TransientReportError
 from reconciler.report.status import LINEAGE_PREFIX, CommitStatus, one_line
@@ -24,13 +28,21 @@ def note_line(status: CommitStatus) -> str:
     return line
 
 
+def shard_notes_ref(index: int, ref: str = NOTES_REF) -> str:
+    """The notes ref of shard `index` (GitSource.read_notes reads `ref` and these together)."""
+    return f"{ref}-shard-{index}"
+
+
 class GitNotesSink:
     name = "git-notes"
 
-    def __init__(self, source: GitSource, *, ref: str = NOTES_REF, push: bool = True) -> None:
+    def __init__(self, source: GitSource, *, ref: str = NOTES_REF, push: bool = True,
+                 ref_for: Callable[[str], str] | None = None) -> None:
+        """`ref_for`: the ref of an app's lines (a sharded daemon's: its shard's ref), else `ref`."""
         self._source = source
         self._ref = ref
         self._push = push
+        self._ref_for = ref_for
 
     def __repr__(self) -> str:
         return f"GitNotesSink({self._source.url} {self._ref})"
@@ -39,23 +51,29 @@ class GitNotesSink:
         self.post_batch([status])
 
     def post_batch(self, statuses: Sequence[CommitStatus]) -> None:
-        """Write every line locally, then push once."""
-        by_revision: dict[str, dict[str, str]] = {}
+        """Write every line locally, then push once per ref."""
+        by_ref: dict[str, dict[str, dict[str, str]]] = {}
         for status in statuses:  # later statuses of the same app win, as they would one by one
-            lines = by_revision.setdefault(status.revision, {})
+            ref = self._ref if self._ref_for is None else self._ref_for(status.app)
+            lines = by_ref.setdefault(ref, {}).setdefault(status.revision, {})
             lines[status.context] = note_line(status)
             if status.has_lineage:
                 lines[LINEAGE_PREFIX + status.app] = f"{LINEAGE_PREFIX}{status.app}: {status.lineage_json()}"
         try:
-            for revision, lines in by_revision.items():
-                self._source.add_notes(revision, lines, ref=self._ref)
+            for ref, by_revision in by_ref.items():
+                for revision, lines in by_revision.items():
+                    self._source.add_notes(revision, lines, ref=ref)
         except SourceError as e:  # e.g. a commit we never fetched: retrying will not make it appear
             raise ReportError(f"git notes: {e}") from None
         if not self._push:
             return
-        try:
-            self._source.push_notes(self._ref)
-        except SourceAuthError as e:
-            raise ReportError(f"git notes: {e}") from None
-        except SourceError as e:  # unreachable, or raced another writer too often
-            raise TransientReportError(f"git notes: {e}") from None
+        failed: list[str] = []
+        for ref in by_ref:  # one ref that cannot be pushed does not hold back the others' lines
+            try:
+                self._source.push_notes(ref)
+            except SourceAuthError as e:
+                raise ReportError(f"git notes: {e}") from None
+            except SourceError as e:  # unreachable, or raced another writer too often
+                failed.append(str(e))
+        if failed:
+            raise TransientReportError(f"git notes: {'; '.join(failed)}")

@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 NOTES_REF = "refs/notes/flink-reconciler"
 _REMOTE_NOTES_PREFIX = "refs/flink-reconciler/remote-notes/"
+# A shard's own notes ref is `<ref>-shard-<i>` (report/gitnotes.py: shards never race on one ref).
+_SHARD_SUFFIX = re.compile(r"-shard-[0-9]+")
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "flink-reconciler",
     "GIT_AUTHOR_EMAIL": "flink-reconciler@localhost",
@@ -461,29 +463,49 @@ class GitSource:
             raise SourceError(f"push notes to {self._url} kept being rejected after {attempts} attempts: {last_error}")
 
     def read_notes(self, ref: str = NOTES_REF) -> dict[str, str]:
-        """Every note under `ref`, origin's and ours merged (ours win per commit): commit sha -> text.
+        """Every note under `ref` and its shards' refs (`<ref>-shard-<i>`), origin's and ours merged (ours win
+        per commit and ref): commit sha -> text, a commit's notes in several refs joined in ref order.
 
         Used once at start-up, to recover what earlier reconcilers wrote (lineage) when records are gone."""
         with self._notes_lock:
             self._require_repo()
-            remote_ref = _REMOTE_NOTES_PREFIX + ref.removeprefix("refs/notes/")
-            self._exec(["update-ref", "-d", remote_ref])
-            self._run(["fetch", "--no-write-fetch-head", "origin", f"+{ref}:{remote_ref}"], network=True,
-                      what=f"fetch notes from {self._url}", ok_stderr=("couldn't find remote ref",))
-            notes: dict[str, str] = {}
-            for r in (remote_ref, ref):
-                if self._ref_sha(r) is None:
-                    continue
-                # ls-tree, not `git notes list`: `notes --ref` would rewrite a ref outside refs/notes/.
-                # A notes tree names each commit by its path, possibly fanned out (ab/cdef...).
-                entries = [line.split("\t", 1) for line in self._run(
-                    ["ls-tree", "-r", "-z", r], what="list notes").decode().split("\0") if "\t" in line]
-                pairs = [(path.replace("/", ""), meta.split()[2]) for meta, path in entries]
-                bodies = self._cat_batch([blob for _, blob in pairs])
-                for (commit, _), body in zip(pairs, bodies, strict=True):
-                    if body is not None and _is_sha(commit):
-                        notes[commit] = body.decode(errors="replace")
-            return notes
+            family = ref.removeprefix("refs/notes/")
+            remote_prefix = _REMOTE_NOTES_PREFIX + family
+            stale = self._refs_matching(remote_prefix + "*")
+            if stale:
+                self._run(["update-ref", "--stdin"], stdin="".join(f"delete {r}\n" for r in stale).encode(),
+                          what="forget origin's notes")
+            # A pattern, not a ref: no "couldn't find remote ref" when origin has none of them yet.
+            self._run(["fetch", "--no-write-fetch-head", "origin", f"+{ref}*:{remote_prefix}*"], network=True,
+                      what=f"fetch notes from {self._url}")
+            names = {r.removeprefix(remote_prefix) for r in self._refs_matching(remote_prefix + "*")}
+            names |= {r.removeprefix(ref) for r in self._refs_matching(ref + "*")}
+            notes: dict[str, list[str]] = {}
+            for suffix in sorted(n for n in names if n == "" or _SHARD_SUFFIX.fullmatch(n)):
+                for commit, text in self._notes_of([remote_prefix + suffix, ref + suffix]).items():
+                    notes.setdefault(commit, []).append(text)
+            return {commit: texts[0] if len(texts) == 1 else "".join(t if t.endswith("\n") else t + "\n" for t in texts)
+                    for commit, texts in notes.items()}
+
+    def _notes_of(self, refs: Sequence[str]) -> dict[str, str]:
+        """commit sha -> its note under the first of `refs`, replaced per commit by a later ref's."""
+        notes: dict[str, str] = {}
+        for r in refs:
+            if self._ref_sha(r) is None:
+                continue
+            # ls-tree, not `git notes list`: `notes --ref` would rewrite a ref outside refs/notes/.
+            # A notes tree names each commit by its path, possibly fanned out (ab/cdef...).
+            entries = [line.split("\t", 1) for line in self._run(
+                ["ls-tree", "-r", "-z", r], what="list notes").decode().split("\0") if "\t" in line]
+            pairs = [(path.replace("/", ""), meta.split()[2]) for meta, path in entries]
+            bodies = self._cat_batch([blob for _, blob in pairs])
+            for (commit, _), body in zip(pairs, bodies, strict=True):
+                if body is not None and _is_sha(commit):
+                    notes[commit] = body.decode(errors="replace")
+        return notes
+
+    def _refs_matching(self, pattern: str) -> list[str]:
+        return self._run(["for-each-ref", "--format=%(refname)", pattern], what="list refs").decode().split()
 
     # ---------------------------------------------------------------- internals
 

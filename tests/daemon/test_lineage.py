@@ -9,12 +9,14 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from reconciler.apply.journal import Journal
 from reconciler.clock import FakeClock
 from reconciler.core.observed import AppRecord, Outcome, Records, SavepointRecord
 from reconciler.core.plan import Action, RestoreKind, StartJob
 from reconciler.daemon.service import Reconciler, lineage_from_notes, with_recovered
-from reconciler.report.gitnotes import GitNotesSink
+from reconciler.report.gitnotes import GitNotesSink, shard_notes_ref
 from reconciler.report.status import CommitStatus
 from reconciler.source.git import NOTES_REF, GitSource
 from tests.gitutil import Repo, git, spec
@@ -77,14 +79,17 @@ def test_recovered_savepoints_fill_only_records_that_know_none() -> None:
     assert with_recovered(records, {}) is records
 
 
-def test_a_reconciler_without_records_restores_from_the_savepoint_the_notes_name(tmp_path: Path) -> None:
-    """A new pod, a lost state dir: the records are gone, the notes on origin are not."""
+@pytest.mark.parametrize("writer", ["unsharded", "a shard"])
+def test_a_reconciler_without_records_restores_from_the_savepoint_the_notes_name(tmp_path: Path, writer: str) -> None:
+    """A new pod, a lost state dir: the records are gone, the notes on origin are not. Written by a shard
+    (its own notes ref), they are found by a reconciler sharded otherwise or not at all."""
     repo = Repo(tmp_path)
     repo.write("apps/a.yaml", spec("a", extra="    state: suspended\n"))
     suspended = repo.commit("suspend a")
     old = GitSource(str(repo.origin), tmp_path / "old-state" / "git")
     old.fetch()
-    GitNotesSink(old).post_batch([_status(suspended, savepoints=(SP,))])  # what the suspend reported
+    sink = GitNotesSink(old, ref_for=None if writer == "unsharded" else lambda app: shard_notes_ref(3))
+    sink.post_batch([_status(suspended, savepoints=(SP,))])  # what the suspend reported
 
     repo.write("apps/a.yaml", spec("a"))
     resumed = repo.commit("resume a")

@@ -20,7 +20,7 @@ from reconciler.errors import ConfigError
 from reconciler.live.observe import observe
 from reconciler.live.ports import ClusterInfo, Runtime
 from reconciler.settings import load_settings
-from tests.gitutil import Repo, spec
+from tests.gitutil import Repo, git, spec
 
 NAMES = [f"app-{i:02d}" for i in range(12)]
 
@@ -38,7 +38,7 @@ def repo(tmp_path: Path) -> Repo:
 def reconciler(repo: Repo, tmp_path: Path, **settings: Any) -> Reconciler:
     s = load_settings({"repo_url": str(repo.origin), "state_dir": tmp_path / "state", "dry_run": True,
                        "status_sink": "none", **settings})
-    rec = make_reconciler(s, FakeClock(), report=False)
+    rec = make_reconciler(s, FakeClock(), report=s.status_sink != "none")
     rec.source.fetch()
     return rec
 
@@ -232,3 +232,26 @@ def test_an_app_whose_file_now_names_another_shards_app_and_broke_is_not_deleted
     plan = shard0.plan(shard0.source.head())
     assert actions(plan)[mine] is not Action.DELETE
     assert actions(plan)[f"apps/{mine}.yaml"] is Action.ERROR
+
+
+def test_each_shard_reports_under_its_own_notes_ref(repo: Repo, tmp_path: Path) -> None:
+    """Shards report their passes at the same moment; on one notes ref they would race and re-merge each
+    other's lines. Each writes its apps' lines under `refs/notes/flink-reconciler-shard-<i>`; together
+    they hold one line per app, and the unsharded ref stays empty."""
+    head = reconciler(repo, tmp_path).source.head()
+    for i in range(3):
+        rec = reconciler(repo, tmp_path / f"shard-{i}", shards=3, shard=i, status_sink="notes")
+        rec.sync(full=True, reason="startup")
+        rec.shutdown(deadline_s=30)
+    seen: dict[str, int] = {}
+    for i in range(3):
+        ref = f"refs/notes/flink-reconciler-shard-{i}"
+        if not any(shard_of(name, 3) == i for name in NAMES):  # no app of its own: nothing to report
+            assert git(repo.origin, "for-each-ref", ref) == ""
+            continue
+        for line in git(repo.origin, "notes", f"--ref={ref}", "show", head).splitlines():
+            app = line.split(":")[0].removeprefix("flink-reconciler/")
+            assert shard_of(app, 3) == i and app not in seen, line
+            seen[app] = i
+    assert sorted(seen) == NAMES
+    assert git(repo.origin, "for-each-ref", "refs/notes/flink-reconciler") == ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,64 @@ def test_a_failed_push_of_a_whole_pass_is_one_warning_not_one_per_app(
         counted = sum(int(m.split("posting ")[1].split(" ")[0]) if " statuses (" in m else 1 for m in lines)
         assert counted == 200 and len(lines) <= 3, lines
         up.root.joinpath("away.git").rename(up.origin)
+
+
+def test_shards_write_their_own_notes_refs_and_never_race(up: Upstream, tmp_path: Path) -> None:
+    """Two shard daemons report a pass on the same commit at once. Each app's lines go under its shard's
+    ref, so neither push has another writer's notes to merge: each ref's history is one commit, where
+    a shared ref has the second writer's commit on top of the first's (a lost race, a re-merged note)."""
+    from reconciler.report.gitnotes import shard_notes_ref
+
+    shard = {"orders": 0, "billing": 1, "payments": 1, "search": 0}
+    sources = [GitSource(str(up.origin), tmp_path / f"shard-{i}") for i in (0, 1)]
+    sha = sources[0].fetch().new_sha
+    sources[1].fetch()
+    sinks = [GitNotesSink(src, ref_for=lambda app: shard_notes_ref(shard[app])) for src in sources]
+    barrier = threading.Barrier(2)
+
+    def report(i: int) -> None:
+        barrier.wait()
+        sinks[i].post_batch([CommitStatus(sha, app, Outcome.SUCCESS, f"applied by shard {i}")
+                             for app, s in shard.items() if s == i])
+
+    threads = [threading.Thread(target=report, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in (0, 1):
+        ref = shard_notes_ref(i)
+        assert git(up.origin, "rev-list", "--count", ref).strip() == "1"
+        assert git(up.origin, "notes", f"--ref={ref}", "show", sha).splitlines() == [
+            f"flink-reconciler/{app}: success - applied by shard {i}" for app, s in shard.items() if s == i]
+    assert git(up.origin, "for-each-ref", "refs/notes/flink-reconciler") == ""  # nothing in the unsharded ref
+    # What a user sees: every shard's section under one glob.
+    viewer = tmp_path / "viewer"
+    git(viewer.parent, "clone", "-q", str(up.origin), str(viewer))
+    git(viewer, "fetch", "-q", "origin", "refs/notes/*:refs/notes/*")
+    shown = git(viewer, "log", "-1", "--notes=flink-reconciler*", "--format=%N")
+    assert sorted(line for line in shown.splitlines() if line) == sorted(
+        f"flink-reconciler/{app}: success - applied by shard {s}" for app, s in shard.items())
+
+
+def test_a_ref_that_cannot_be_pushed_does_not_hold_back_the_others(up: Upstream, tmp_path: Path) -> None:
+    """A daemon holding two shards (shard: auto) pushes both refs; one refused by origin (a server-side
+    hook here) is a transient failure of the batch, and the other ref's lines are on origin meanwhile."""
+    from reconciler.report.gitnotes import shard_notes_ref
+
+    src = GitSource(str(up.origin), tmp_path / "cache")
+    sha = src.fetch().new_sha
+    hook = up.origin / "hooks" / "update"
+    hook.write_text('#!/bin/sh\n[ "$1" = refs/notes/flink-reconciler-shard-0 ] && exit 1\nexit 0\n')
+    hook.chmod(0o755)
+    sink = GitNotesSink(src, ref_for=lambda app: shard_notes_ref(0 if app in ("orders", "search") else 1))
+    with pytest.raises(TransientReportError, match="shard-0"):
+        sink.post_batch([CommitStatus(sha, "orders", Outcome.SUCCESS, "s0"),
+                         CommitStatus(sha, "billing", Outcome.SUCCESS, "s1")])
+    assert git(up.origin, "notes", f"--ref={shard_notes_ref(1)}", "show", sha).strip() == \
+        "flink-reconciler/billing: success - s1"
+    hook.unlink()
+    sink.post_batch([])  # nothing new: the refused lines are still pending, pushed with the next batch
+    sink.post_batch([CommitStatus(sha, "search", Outcome.SUCCESS, "s0 again")])
+    assert git(up.origin, "notes", f"--ref={shard_notes_ref(0)}", "show", sha).splitlines() == [
+        "flink-reconciler/orders: success - s0", "flink-reconciler/search: success - s0 again"]

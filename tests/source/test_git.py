@@ -335,6 +335,31 @@ git --git-dir {a.git_dir} push -q origin refs/notes/flink-reconciler:refs/notes/
     ]
 
 
+def test_read_notes_joins_a_commits_notes_from_the_shard_refs(up: Upstream, tmp_path: Path) -> None:
+    """Sharded daemons each write `<ref>-shard-<i>`: a reconciler recovering lineage reads them all, and
+    forgets a shard ref origin no longer has; a ref that merely starts like ours is not ours."""
+    a = GitSource(str(up.origin), tmp_path / "a")
+    sha = a.fetch().new_sha
+    written = {"refs/notes/flink-reconciler": "flink-reconciler/orders: success - unsharded",
+               "refs/notes/flink-reconciler-shard-1": "flink-reconciler/billing: success - shard 1",
+               "refs/notes/flink-reconciler-shard-12": "flink-reconciler/deep: success - shard 12",
+               "refs/notes/flink-reconciler-other": "flink-reconciler/deep: failure - not a shard's"}
+    for ref, line in written.items():
+        a.add_note(sha, line.split(":")[0], line, ref)
+        a.push_notes(ref)
+    b = GitSource(str(up.origin), tmp_path / "b")
+    b.fetch()
+    assert b.read_notes() == {sha: "flink-reconciler/orders: success - unsharded\n"
+                                   "flink-reconciler/billing: success - shard 1\n"
+                                   "flink-reconciler/deep: success - shard 12\n"}
+    git(up.origin, "update-ref", "-d", "refs/notes/flink-reconciler-shard-1")
+    git(up.origin, "update-ref", "-d", "refs/notes/flink-reconciler")
+    assert b.read_notes() == {sha: "flink-reconciler/deep: success - shard 12\n"}
+    # The writer's own unpushed lines count too, on top of origin's.
+    a.add_note(sha, "flink-reconciler/x", "flink-reconciler/x: pending - local", "refs/notes/flink-reconciler-shard-3")
+    assert a.read_notes()[sha].splitlines()[-1] == "flink-reconciler/x: pending - local"
+
+
 def test_push_notes_to_unreachable_origin_keeps_lines_for_later(up: Upstream, tmp_path: Path) -> None:
     src = source(up, tmp_path)
     sha = src.fetch().new_sha
