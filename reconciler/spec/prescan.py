@@ -32,10 +32,31 @@ _SPECIAL = re.compile(r"[\"'\[\]{}#|>&*!?%@`]")
 _SCALAR_START_REFUSED = frozenset("?&*!%@`")
 
 
+# The layout nearly every spec file has, proven by one regex instead of a walk over its lines (5.2 -> 2.9 us
+# a file; a shard reads the name of every file in the repository): top-level `key: word` lines, then
+# `metadata:` whose children are `key: word` lines two spaces deep, one of them `name:` (and `labels:`-like
+# keys holding `key: word` lines four spaces deep), then the next top-level key; blank and comment lines
+# between them. Every such line is what `_walk` accepts as closed block structure, so where this matches,
+# `_walk` gives the same name (tests/core/test_prescan.py). Linear on hostile input: each line can be
+# matched one way only (the alternatives part at the line's first non-space character, and a blank or
+# comment line is never inside a nested block), so a failed match never retries a split of the lines.
+_WORD = r"[A-Za-z0-9][A-Za-z0-9_./-]*"
+_KEY = r"[A-Za-z][A-Za-z0-9_.-]*"
+_SKIP = r" *(?:#[^\n]*)?\n"
+_CHILD = rf"(?:  (?!name:){_KEY}: {_WORD}\n|  (?!name:){_KEY}:\n(?:    {_KEY}: {_WORD}\n)*|{_SKIP})*"
+_COMMON = re.compile(rf"(?:{_KEY}: {_WORD}\n|{_SKIP})*metadata:\n{_CHILD}  name: ({_WORD})\n{_CHILD}[A-Za-z]")
+
+
 def declared_name(text: str) -> str | None:
     """The plain word after `name:` in the file's only `metadata:` block, or None when it cannot tell."""
     if not _one_plain_document(text):
         return None
+    common = _COMMON.match(text)
+    return common.group(1) if common is not None else _walk(text)
+
+
+def _walk(text: str) -> str | None:
+    """`declared_name` line by line, for any layout."""
     name: str | None = None
     in_metadata = False
     child_indent = -1  # the metadata block's indentation, once its first line is seen
