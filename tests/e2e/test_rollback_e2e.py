@@ -3,7 +3,8 @@ spec and state together.
 
 One Git repository, one state directory and one Flink session cluster for the module (the E2E driver
 of test_apply_e2e.py). The app is created at A, upgraded at B and C while the counter job counts; each
-upgrade is a stop-with-savepoint. Then:
+upgrade is a stop-with-savepoint. B and C run the job at a higher rate than A, so the state C holds is soon
+far ahead of where A was left (A's rate is what a rollback to A counts at). Then:
 
 - `rollback --to A` shows the plan (nothing done) and says which newer state it drops;
 - `rollback --to A --apply` runs A's spec from the savepoint taken when A was left (the upgrade to B):
@@ -31,6 +32,7 @@ from tests.gitutil import Repo, git
 pytestmark = [pytest.mark.flink, pytest.mark.slow]
 
 SLACK = 150  # counts a key gains in ~6 s: between a restore and our first look at the files
+FAST = 4  # B and C count this many times faster than A (whose job SLACK is about): C's state is soon far ahead
 
 
 @pytest.fixture(scope="module")
@@ -76,12 +78,12 @@ def history(e2e: E2E) -> dict[str, object]:
     job_a = e2e.only_running_job()
     e2e.counts_at_least(100)
     before_b = e2e.counts()
-    b = e2e.commit("B: rate + 1", rate=e2e.next_rate())
+    b = e2e.commit(f"B: rate x {FAST}", rate=FAST * e2e.rate)
     code, out = e2e.apply()
     assert code == 0, out
     after_b = e2e.counts()
     (sp1,) = [s["path"] for s in e2e.savepoints(b)]
-    e2e.counts_at_least(max(after_b.values()) + 4 * SLACK, timeout=60)
+    e2e.counts_at_least(max(after_b.values()) + 4 * SLACK, timeout=60)  # B's state: far beyond where A was left
     c = e2e.commit("C: rate + 1", rate=e2e.next_rate())
     code, out = e2e.apply()
     assert code == 0, out
