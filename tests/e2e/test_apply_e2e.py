@@ -51,6 +51,9 @@ TRANSIENT_SP_DIR_SUFFIX = ".e2e-moved-away"
 
 # What a crash test saw when it killed `apply` (printed at the end of the module; see the report).
 CRASH_NOTES: list[str] = []
+# For the tests' own polls of Flink's REST API: a new connection per request (no keep-alive, as `httpx.get`), but
+# not a new SSL context per request as `httpx.get` builds (tens of ms of CPU: slow in a tight poll).
+HTTP = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
 
 
 def app_yaml(*, parallelism: int, mode: str, rate: int = RATE, entry_class: str = COUNTER_MAIN) -> str:
@@ -366,43 +369,7 @@ def test_savepoint_upgrade_continues_every_count(e2e: E2E, change: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# 2. the same with upgradeMode stateless: the plan says so, and the counts restart
-
-
-def test_stateless_upgrade_says_so_and_restarts_counts(e2e: E2E) -> None:
-    old_job = e2e.only_running_job()
-    before = e2e.counts_at_least(400)
-    rev = e2e.commit("stateless, rate + 1", rate=e2e.next_rate(), mode="stateless")
-
-    plan = e2e.plan_live()
-    assert plan["action"] == "upgrade" and plan["upgrade_mode"] == "stateless"
-    assert any("STARTS WITHOUT STATE" in r for r in plan["risks"]), plan["risks"]
-    assert step_types(plan) == ["CancelJob", "EnsureCluster", "StartJob", "AwaitRunning", "AwaitHealthy"]
-    assert plan["steps"][0]["job_id"] == old_job
-    start = start_step(plan)
-    assert start["restore"]["kind"] == "none"
-
-    before = e2e.counts()
-    code, out = e2e.apply()
-    assert code == 0, out
-    new_job = e2e.only_running_job()
-    assert new_job == start["job_id"]
-    assert e2e.restored_from(new_job) == (None, None)
-
-    # Every key restarts from zero: all counts fall far below what they were.
-    ceiling = min(before.values()) // 2
-
-    def reset() -> dict[str, int] | None:
-        c = e2e.counts()
-        return c if len(c) == KEYS and max(c.values()) < ceiling else None
-
-    wait_until(reset, timeout=15, interval=0.05, what=f"every count to restart (below {ceiling}, before {before})")
-    st = e2e.status()
-    assert (st["applied"], st["job_id"], st["outcome"]) == (rev, new_job, "success"), st
-
-
-# ------------------------------------------------------------------------------------------------
-# 3. crash resume: kill -9 `apply` after the savepoint was triggered, and after the new job was submitted
+# 2. crash resume: kill -9 `apply` after the savepoint was triggered, and after the new job was submitted
 
 
 def kill_apply_when(e2e: E2E, ready: Callable[[dict[str, Any]], bool], what: str,
@@ -450,7 +417,7 @@ def trigger_status(e2e: E2E, job_id: str, trigger_id: str) -> int:
     """HTTP status of GET /jobs/{job}/savepoints/{trigger}: 200 once Flink accepted the stop, 404 before."""
     rec = e2e.rt.read_record(APP)
     assert rec is not None
-    return httpx.get(f"{rec.rest_url}/jobs/{job_id}/savepoints/{trigger_id}", timeout=10).status_code
+    return HTTP.get(f"{rec.rest_url}/jobs/{job_id}/savepoints/{trigger_id}", timeout=10).status_code
 
 
 @pytest.mark.parametrize("moment", ["journaled", "accepted"])
@@ -554,6 +521,43 @@ def test_kill_after_submit_does_not_submit_twice(e2e: E2E) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
+# 3. an upgrade with upgradeMode stateless: the plan says so, and the counts restart. After the crash
+# tests, which keep every count: by then the counts are high enough to see the restart at once.
+
+
+def test_stateless_upgrade_says_so_and_restarts_counts(e2e: E2E) -> None:
+    old_job = e2e.only_running_job()
+    before = e2e.counts_at_least(400)
+    rev = e2e.commit("stateless, rate + 1", rate=e2e.next_rate(), mode="stateless")
+
+    plan = e2e.plan_live()
+    assert plan["action"] == "upgrade" and plan["upgrade_mode"] == "stateless"
+    assert any("STARTS WITHOUT STATE" in r for r in plan["risks"]), plan["risks"]
+    assert step_types(plan) == ["CancelJob", "EnsureCluster", "StartJob", "AwaitRunning", "AwaitHealthy"]
+    assert plan["steps"][0]["job_id"] == old_job
+    start = start_step(plan)
+    assert start["restore"]["kind"] == "none"
+
+    before = e2e.counts()
+    code, out = e2e.apply()
+    assert code == 0, out
+    new_job = e2e.only_running_job()
+    assert new_job == start["job_id"]
+    assert e2e.restored_from(new_job) == (None, None)
+
+    # Every key restarts from zero: all counts fall far below what they were.
+    ceiling = min(before.values()) // 2
+
+    def reset() -> dict[str, int] | None:
+        c = e2e.counts()
+        return c if len(c) == KEYS and max(c.values()) < ceiling else None
+
+    wait_until(reset, timeout=15, interval=0.05, what=f"every count to restart (below {ceiling}, before {before})")
+    st = e2e.status()
+    assert (st["applied"], st["job_id"], st["outcome"]) == (rev, new_job, "success"), st
+
+
+# ------------------------------------------------------------------------------------------------
 # 4. a savepoint that fails leaves the old job running and the app failed
 
 
@@ -577,7 +581,7 @@ def test_failed_savepoint_leaves_the_old_job_running(e2e: E2E) -> None:
     applied_before = e2e.status()["applied"]
     e2e.counts_at_least(1)
     with savepoint_dir_blocked(e2e) as blocked:
-        rev = e2e.commit("rate + 1 while savepoints cannot be written", rate=e2e.next_rate())
+        rev = e2e.commit("rate + 1 while savepoints cannot be written", rate=e2e.next_rate(), mode="savepoint")
         plan = e2e.plan_live()
         assert step_types(plan)[0] == "StopWithSavepoint"
         code, out = e2e.apply()
