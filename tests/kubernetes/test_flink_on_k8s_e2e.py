@@ -78,6 +78,9 @@ IMAGE = "registry.example.com/kcounter:e2e"  # the node maps it to the counter j
 CLAIM = f"{APP}-data"
 KEYS = 4
 Obj = dict[str, Any]
+# The tests' own polls of Flink's REST API share one client: no keep-alive (a new connection per request, as
+# `httpx.get` makes), but not a new SSL context per request (`httpx.get` builds one: tens of ms of CPU each).
+HTTP = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
 
 
 class NoHaRuleRuntime(KubernetesRuntime):
@@ -204,7 +207,7 @@ class K8sWorld:
 
     def rest(self, path: str) -> Any:
         url = f"{self.runtime.kube.host}/api/v1/namespaces/{self.ns}/services/{self.app}-rest:{r.REST_PORT}/proxy{path}"
-        resp = httpx.get(url, timeout=10)
+        resp = HTTP.get(url, timeout=10)
         resp.raise_for_status()
         return resp.json()
 
@@ -555,6 +558,13 @@ def ha_spec(ns: str, *, rate: int = 100) -> FlinkApp:
     """The same job as a user must write it for Kubernetes: with HA (storage on the PVC)."""
     spec = app_spec(ns, rate=rate, name=HA_APP, out="out-ha").model_dump(by_alias=True, mode="json")
     spec["spec"]["highAvailability"] = {"enabled": True, "storageDir": "file:///flink-data/ha"}
+    # A JobManager pod deleted before it gives up its leader lease leaves the new one waiting for the lease to expire
+    # (15 s by default, then a retry every 5 s): shorter here, as the heartbeat above, for the pod scenarios.
+    spec["spec"]["flinkConfiguration"] |= {
+        "high-availability.kubernetes.leader-election.lease-duration": "8 s",
+        "high-availability.kubernetes.leader-election.renew-deadline": "6 s",
+        "high-availability.kubernetes.leader-election.retry-period": "1 s",
+    }
     return FlinkApp.model_validate(spec)
 
 
