@@ -189,6 +189,8 @@ class ProcessNode:
         self._dist: FlinkDist | None = None
         self._mem_cache: dict[str, tuple[list[str], list[str]]] = {}
         self._events = 0
+        # Readiness probes: a new connection each (no keep-alive), without a new SSL context each as `httpx.get`.
+        self._http = httpx.Client(timeout=1.0, limits=httpx.Limits(max_keepalive_connections=0))
 
     # ---- lifecycle ----
     def __enter__(self) -> ProcessNode:
@@ -207,6 +209,7 @@ class ProcessNode:
         with self._lock:
             for run in list(self.pods.values()):
                 self._kill(run, grace=5.0)
+        self._http.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -553,7 +556,7 @@ class ProcessNode:
         port = self._port(c.spec, (probe.get("httpGet") or probe.get("tcpSocket") or {}).get("port"))
         try:
             if "httpGet" in probe:
-                resp = httpx.get(f"http://{run.ip}:{port}{probe['httpGet'].get('path', '/')}", timeout=1.0)
+                resp = self._http.get(f"http://{run.ip}:{port}{probe['httpGet'].get('path', '/')}")
                 ok = 200 <= resp.status_code < 400
             elif "tcpSocket" in probe:
                 with socket.create_connection((run.ip, int(port)), timeout=1.0):

@@ -424,10 +424,12 @@ class StandinApi(kmock.KubernetesEmulator):
     def _matching(self, group: str, plural: str, ns: str | None, selector: str,
                   fields: str) -> dict[tuple[str, str, str | None, str], Obj]:
         reqs, freqs = parse_selector(selector), parse_selector(fields)
-        return {k: o for k, o in sorted(self.store.items(), key=lambda kv: str(kv[0]))
-                if k[0] == group and k[1] == plural and (ns is None or k[2] == ns)
-                and selector_matches(reqs, o.get("metadata", {}).get("labels") or {})
-                and selector_matches(freqs, {"metadata.name": k[3], "metadata.namespace": k[2] or ""})}
+        found = [(k, o) for k, o in self.store.items()
+                 if k[0] == group and k[1] == plural and (ns is None or k[2] == ns)
+                 and selector_matches(reqs, o.get("metadata", {}).get("labels") or {})
+                 and selector_matches(freqs, {"metadata.name": k[3], "metadata.namespace": k[2] or ""})]
+        # Sorted after the filter (same order): the store holds every test's objects of the session.
+        return dict(sorted(found, key=lambda kv: str(kv[0])))
 
     async def _watch(self, request: kmock.Request, group: str, plural: str,
                      ns: str | None) -> aiohttp.web.StreamResponse:
