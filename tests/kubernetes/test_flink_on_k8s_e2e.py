@@ -509,8 +509,10 @@ def test_a_deleted_jobmanager_pod_without_ha_is_replaced_and_reruns_from_its_sta
     stale = _arg(w.jobmanager_args(), "--fromSavepoint")
     old = w.jobmanager_pod()["metadata"]["name"]
     w.runtime.kube.delete("Pod", w.ns, old)
+    # Until the node has stopped the old pod's processes and removed it, its JobManager may still answer through
+    # the Service: only the new one's answer counts.
     wait_until(lambda: [p["metadata"]["name"] for p in w.jobmanager_pods()] not in ([], [old])
-               and w.job_state(job) == "RUNNING",
+               and w.runtime.kube.get("Pod", w.ns, old) is None and w.job_state(job) == "RUNNING",
                timeout=120, what="a new JobManager pod running the job")
     restored = wait_until(lambda: w.restored(job), timeout=30, what="Flink's restore record")
     assert restored["external_path"] == stale
@@ -531,7 +533,18 @@ def test_deletion_takes_a_final_savepoint_and_stops_every_pod(world: K8sWorld) -
         except httpx.HTTPError:
             return False
         return registered and w.job_state(job) == "RUNNING"
-    wait_until(settled, timeout=60, what="the TaskManager registered with the new JobManager, the job running")
+    # Until its tasks run, the job fails over (checkpoints cannot be triggered) and is RUNNING for moments at a
+    # time: settled for 5 s in a row.
+    since: list[float] = []
+
+    def settled_for_5_s() -> bool:
+        if not settled():
+            since.clear()
+            return False
+        since[:] = since or [time.monotonic()]
+        return time.monotonic() - since[0] >= 5
+    wait_until(settled_for_5_s, timeout=90, interval=0.3,
+               what="the TaskManager registered with the new JobManager, the job running, for 5 s")
     w.growing_from(w.counts(), "the job counting")
     assert settled()
     rev = w.next_revision()
@@ -637,7 +650,11 @@ def test_with_ha_a_deleted_jobmanager_pod_goes_on_from_the_latest_checkpoint(wor
         for k, v in w.counts().items():
             lowest[k] = min(lowest.get(k, v), v)
         names = [p["metadata"]["name"] for p in w.jobmanager_pods()]
-        return w.restored(job) if names not in ([], [old]) and w.job_state(job) == "RUNNING" else None
+        # Until the node has stopped the old pod's processes and removed it, its JobManager may still answer
+        # through the Service: only the new one's answer counts.
+        if names in ([], [old]) or w.runtime.kube.get("Pod", w.ns, old) is not None:
+            return None
+        return w.restored(job) if w.job_state(job) == "RUNNING" else None
     restored = wait_until(recovered, timeout=120, what="the job recovered by a new JobManager pod")
     assert restored["is_savepoint"] is False and restored["external_path"] != stale
     assert "/chk-" in restored["external_path"]
