@@ -224,6 +224,9 @@ def replicas(world: World, tmp_path: Path) -> Iterator[dict[str, Any]]:  # noqa:
     rev2 = repo.commit("counter at 200/s")
     assert isinstance(world.clock, SimClock)
     clock = world.clock
+    # The fake Flink checkpoints every 2 s instead of 10 s: AwaitHealthy (a checkpoint after the job's start)
+    # polls it every 0.2 s of the simulated clock, each poll real requests (as in test_standby_takeover_k8s).
+    world.flink.checkpoint_interval_s = 2.0
     alive: dict[str, bool] = {}
     electors: dict[str, LeaseElector] = {}
 
@@ -238,9 +241,12 @@ def replicas(world: World, tmp_path: Path) -> Iterator[dict[str, Any]]:  # noqa:
                          clock=clock, subdir="apps", leader=elector.is_leader, max_parallel=1)
         alive[identity] = True
         electors[identity] = elector
-        # What the election thread does in a live process: renew while the process lives.
+        last = [float("-inf")]
+
+        # What the election thread does in a live process: renew every retry_period while the process lives.
         def renew() -> None:
-            if alive[identity]:
+            if alive[identity] and clock.monotonic() - last[0] >= elector.retry_period:
+                last[0] = clock.monotonic()
                 elector.try_acquire_or_renew()
 
         clock.on_sleep.append(renew)

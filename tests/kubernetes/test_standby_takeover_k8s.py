@@ -68,7 +68,11 @@ spec:
     execution.checkpointing.interval: 10s
 """
 
-CHECKPOINT_S = 2.0  # fewer polls of AwaitHealthy: the module runs dozens of upgrades
+# The fake Flink's pace in simulated seconds: its tasks run 0.25 s after a start and it checkpoints every 0.5 s.
+# AwaitRunning and AwaitHealthy poll it (every 0.05 s and 0.2 s of the simulated clock), each poll real requests
+# to the stand-in: fewer polls, and the module runs dozens of upgrades.
+TASKS_S = 0.25
+CHECKPOINT_S = 0.5
 
 BAD_SUBMIT = ("org.apache.flink.runtime.rest.handler.RestHandlerException: Could not execute application.\n"
               "Caused by: java.lang.ClassNotFoundException: com.example.Counter")
@@ -241,10 +245,10 @@ def world(cluster: Cluster, standin_only: Standin, tmp_path: Path) -> Iterator[W
     rev2 = repo.commit("counter: TaskManager memory 2048m")
     with ExitStack() as stack:
         def session(gen: str) -> tuple[FlinkBackend, str]:
-            backend = FlinkBackend(clock, checkpoint_interval_s=CHECKPOINT_S)
+            backend = FlinkBackend(clock, tasks_after_s=TASKS_S, checkpoint_interval_s=CHECKPOINT_S)
             return backend, stack.enter_context(backend.serve())
 
-        flink = FlinkBackend(clock, checkpoint_interval_s=CHECKPOINT_S)
+        flink = FlinkBackend(clock, tasks_after_s=TASKS_S, checkpoint_interval_s=CHECKPOINT_S)
         url = stack.enter_context(flink.serve())
         sim = StandbySim(cluster, standin_only, flink, url, session)
         clock.on_sleep.append(sim.tick)
