@@ -471,10 +471,10 @@ class StandinApi(kmock.KubernetesEmulator):
         return resp
 
     def _list(self, group: str, plural: str, ns: str | None, selector: str, fields: str = "") -> Obj:
-        items = [self._public(o) for o in self._matching(group, plural, ns, selector, fields).values()]
-        for it in items:  # the real API omits them on list items
-            it.pop("apiVersion", None)
-            it.pop("kind", None)
+        # The real API omits apiVersion and kind on list items. A shallow copy each: the list is serialized (by
+        # _handle) before anything else runs on the server's loop, so nothing can change what it shares meanwhile.
+        items = [{k: v for k, v in o.items() if k not in ("apiVersion", "kind")}
+                 for o in self._matching(group, plural, ns, selector, fields).values()]
         kind = KINDS[(group, plural)][0]
         return {"kind": f"{kind}List", "apiVersion": f"{group}/v1" if group else "v1",
                 "metadata": {"resourceVersion": str(self.rv)}, "items": items}
