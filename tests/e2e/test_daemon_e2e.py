@@ -681,7 +681,7 @@ def test_git_unreachable_and_rewritten_history_keep_the_daemon_serving(tmp_path:
         repo.write(f"apps/app-{i}.yaml", SYNTH.format(name=f"app-{i}", p=1))
     sha1 = repo.commit("five apps")
     d = DaemonProc.start(tmp_path / "daemon.log", repo_url=repo.origin, state_dir=tmp_path / "state",
-                         dry_run=True, poll_interval=1, drift_interval=3, prune=True)
+                         dry_run=True, poll_interval=0.5, drift_interval=3, prune=True)
     try:
         poll(lambda: d.get("/readyz").status_code == 200, timeout=60, what="/readyz 200", alive=d.died)
         # Dry run: plans are reported (pending: nothing executes them), nothing starts.
