@@ -175,6 +175,12 @@ def setup_logging(
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
     root.setLevel(numeric)
-    # apscheduler logs every job run at INFO; at a 15 s poll that is noise, not news.
-    logging.getLogger("apscheduler").setLevel(logging.DEBUG if numeric <= logging.DEBUG else logging.WARNING)
+    # Third-party request and scheduler logs (one INFO line per Flink REST request, per scheduled run) bury
+    # the reconciler's own lines: WARNING and up unless the operator asked for debug.
+    quiet = logging.DEBUG if numeric <= logging.DEBUG else logging.WARNING
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(quiet)
     return handler
+
+
+THIRD_PARTY_LOGGERS = ("apscheduler", "httpx", "httpcore", "kubernetes", "urllib3", "git")

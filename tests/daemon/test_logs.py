@@ -26,6 +26,7 @@ def stream() -> Iterator[io.StringIO]:
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
+        logging.getLogger(name.split(".")[0]).setLevel(logging.WARNING)
 
 
 def lines(stream: io.StringIO) -> list[dict[str, Any]]:
@@ -118,6 +119,7 @@ def test_text_format_and_level() -> None:
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
+        logging.getLogger(name.split(".")[0]).setLevel(logging.WARNING)
     (line,) = out.getvalue().splitlines()
     ts, rest = line.split(" ", 1)
     assert ts.endswith("Z")
@@ -178,6 +180,27 @@ def test_text_lines_are_redacted_too() -> None:
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
+        logging.getLogger(name.split(".")[0]).setLevel(logging.WARNING)
     line = out.getvalue()
     assert "sync failed: https://***@host/r.git url=http://***@host" in line
     assert "tok3n" not in line and "p4ssw0rd" not in line
+
+
+@pytest.mark.parametrize("name", ["httpx", "httpcore.connection", "kubernetes.client.rest", "urllib3.connectionpool"])
+def test_third_party_request_logs_are_quiet_unless_debug(name: str) -> None:
+    root = logging.getLogger()
+    level = root.level
+    out = io.StringIO()
+    handler = setup_logging("text", "INFO", stream=out)
+    try:
+        logging.getLogger(name).info("HTTP Request: GET http://127.0.0.1/jobs/overview 200 OK")
+        logging.getLogger(name).warning("connection pool is full")
+        assert "jobs/overview" not in out.getvalue()
+        assert "connection pool is full" in out.getvalue()
+        handler = setup_logging("text", "DEBUG", stream=out)
+        logging.getLogger(name).info("HTTP Request: GET http://127.0.0.1/jobs/overview 200 OK")
+        assert "jobs/overview" in out.getvalue()
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        logging.getLogger(name.split(".")[0]).setLevel(logging.WARNING)
