@@ -26,7 +26,6 @@ def stream() -> Iterator[io.StringIO]:
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
-        logging.getLogger(name.split(".")[0]).setLevel(logging.WARNING)
 
 
 def lines(stream: io.StringIO) -> list[dict[str, Any]]:
@@ -119,7 +118,6 @@ def test_text_format_and_level() -> None:
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
-        logging.getLogger(name.split(".")[0]).setLevel(logging.WARNING)
     (line,) = out.getvalue().splitlines()
     ts, rest = line.split(" ", 1)
     assert ts.endswith("Z")
@@ -180,7 +178,6 @@ def test_text_lines_are_redacted_too() -> None:
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
-        logging.getLogger(name.split(".")[0]).setLevel(logging.WARNING)
     line = out.getvalue()
     assert "sync failed: https://***@host/r.git url=http://***@host" in line
     assert "tok3n" not in line and "p4ssw0rd" not in line
