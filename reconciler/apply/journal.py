@@ -37,7 +37,7 @@ from pydantic import ValidationError
 
 from reconciler.clock import Clock
 from reconciler.core.observed import AppRecord, Outcome, Records, SavepointRecord
-from reconciler.core.plan import AppPlan, spec_hash
+from reconciler.core.plan import Action, AppPlan, reason_key, spec_hash
 from reconciler.core.rollback import protected_rollback_points
 from reconciler.errors import JournalError, ReconcilerError, RecordConflictError
 from reconciler.live.records import Doc, FileRecordStore, RecordStore, StoredRecord
@@ -49,6 +49,8 @@ SCHEMA_VERSION: Final = 1
 MAX_TRANSITIONS: Final = 200  # history lines kept per app (a ConfigMap holds at most 1 MiB)
 MAX_SAVEPOINTS: Final = 100  # savepoint records kept per app; the newest are kept, files are never touched
 MAX_LINEAGE: Final = 100  # revisions of lineage kept per app
+MAX_REPAIRS: Final = 50  # automatic repair start times kept per app (the crash-loop window reads them)
+REPEAT_EVERY: Final = timedelta(minutes=1)  # a repeated history line's last-seen time moves at most this often
 DISPOSAL_DEADLINE_S: Final = 60.0  # per savepoint Flink is asked to dispose of
 _NOT_FOUND: Final = "FileNotFoundException"  # Flink's disposal of a savepoint that does not exist
 
@@ -131,6 +133,8 @@ class Transition:
     action: str
     outcome: Outcome | None
     message: str | None
+    last_seen: datetime | None = None  # the same line seen again until then (`count` times in all)
+    count: int = 1
 
 
 @dataclass(frozen=True)
@@ -298,6 +302,11 @@ class Journal:
                 attempts=int(r.get("attempts") or 0),
                 job_id=r.get("job_id"),
                 savepoints=tuple(_savepoints(doc)),
+                last_action=r.get("last_action"),
+                unhealthy_since=datetime.fromisoformat(r["unhealthy_since"]) if r.get("unhealthy_since") else None,
+                repairs=tuple(datetime.fromisoformat(t) for t in r.get("repairs") or ()),
+                repairs_spec_hash=r.get("repairs_spec_hash"),
+                job_ids=_job_ids(doc),
             )
         except (ValueError, TypeError, ValidationError) as e:
             raise JournalError(f"{self.store.where}: unreadable record of app {app!r}: {e}") from e
@@ -335,6 +344,10 @@ class Journal:
             if (r.get("last_attempted_revision") == revision and r.get("last_outcome") == outcome.value
                     and r.get("last_message") == message):
                 return
+            if (r.get("last_outcome") == outcome.value and reason_key(r.get("last_message") or "") == reason_key(message)
+                    and self._repeat(doc, action, outcome, message)):
+                r["last_message"] = message  # the same answer again (an age grew): one history line, not one per pass
+                return
             keep_hash = r.get("last_outcome") == Outcome.FAILURE.value
             r.update(last_attempted_revision=revision,
                      last_attempted_spec_hash=r.get("last_attempted_spec_hash") if keep_hash else None,
@@ -367,11 +380,16 @@ class Journal:
                 raise JournalError(f"{self.store.where}: app {app!r} has an unfinished execution; resume it first")
             _revive(doc)
             r = doc["record"]
+            desired_hash = spec_hash(app_plan.desired) if app_plan.desired is not None else None
             r.update(
                 last_attempted_revision=revision,
-                last_attempted_spec_hash=spec_hash(app_plan.desired) if app_plan.desired is not None else None,
+                last_attempted_spec_hash=desired_hash,
                 last_outcome=Outcome.PENDING.value, last_message=app_plan.reason, attempts=_next_attempt(r, revision),
+                last_action=app_plan.action.value,
             )
+            if app_plan.action is Action.REPAIR:  # the crash-loop window counts repairs of one spec
+                earlier = r.get("repairs") or [] if r.get("repairs_spec_hash") == desired_hash else []
+                r.update(repairs=[*earlier, now][-MAX_REPAIRS:], repairs_spec_hash=desired_hash)
             if app_plan.source_file:
                 r["source_file"] = app_plan.source_file
             ns = _namespace_of(app_plan)
@@ -522,6 +540,7 @@ class Journal:
             "revision": entry.revision, "at": entry.at.isoformat(), "action": entry.action,
             "outcome": entry.outcome.value, "restored_from": entry.restored_from,
             "savepoints": list(entry.savepoints), "job_id": entry.job_id,
+            "submitted_job_id": f.get("submitted_job_id"),
         })
         del doc["lineage"][:-MAX_LINEAGE]
         return entry
@@ -694,7 +713,9 @@ class Journal:
         try:
             return [
                 Transition(at=datetime.fromisoformat(t["at"]), revision=t.get("revision"), action=t["action"],
-                           outcome=Outcome(t["outcome"]) if t.get("outcome") else None, message=t.get("message"))
+                           outcome=Outcome(t["outcome"]) if t.get("outcome") else None, message=t.get("message"),
+                           last_seen=datetime.fromisoformat(t["last_seen"]) if t.get("last_seen") else None,
+                           count=int(t.get("count") or 1))
                 for t in (doc or {}).get("transitions", [])
             ]
         except (KeyError, TypeError, ValueError) as e:
@@ -704,6 +725,35 @@ class Journal:
              outcome: Outcome | None = None) -> None:
         """Add a line to the app's history (e.g. a rollback step, a failed step)."""
         self._update(app, lambda doc: self._transition(doc, revision, action, outcome=outcome, message=message))
+
+    def _repeat(self, doc: Doc, action: str, outcome: Outcome, message: str) -> bool:
+        """Fold a repeat of the last history line into it (first seen = its `at`, `last_seen`, `count`), so an app
+        blocked for an hour is one entry. Its last-seen time moves at most every REPEAT_EVERY: a pass that only
+        sees the same answer again writes nothing."""
+        lines = doc.get("transitions") or []
+        last = lines[-1] if lines else None
+        if (last is None or last.get("action") != action or last.get("outcome") != outcome.value
+                or reason_key(last.get("message") or "") != reason_key(message)):
+            return False
+        now = self._clock.now()
+        seen = datetime.fromisoformat(last.get("last_seen") or last["at"])
+        if now - seen >= REPEAT_EVERY:
+            last.update(last_seen=now.isoformat(), count=int(last.get("count") or 1) + 1, message=message)
+        return True
+
+    def mark_health(self, app: str, *, healthy: bool) -> None:
+        """Remember since when the app's job is not running healthy (the recovery grace period counts from it).
+        Written only when that changes, never for an app without a record."""
+        now = self._now()
+
+        def fn(doc: Doc) -> None:
+            r = doc.get("record") or {}
+            if healthy:
+                r.pop("unhealthy_since", None)
+            elif not r.get("unhealthy_since"):
+                r["unhealthy_since"] = now
+
+        self._update(app, fn, create=False)
 
     def _transition(self, doc: Doc, revision: str | None, action: str, *, outcome: Outcome | None,
                     message: str | None) -> None:
@@ -716,6 +766,17 @@ class Journal:
 def _savepoints(doc: Doc) -> list[SavepointRecord]:
     sps = [SavepointRecord.model_validate(s) for s in doc.get("savepoints", [])]
     return [sp for _, sp in sorted(enumerate(sps), key=lambda x: (x[1].taken_at, x[0]))]
+
+
+def _job_ids(doc: Doc) -> tuple[str, ...]:
+    """The jobs this app ran: the recorded one, those its lineage names, the one an execution in flight submitted."""
+    r = doc.get("record") or {}
+    found = [r.get("job_id"), *((e.get("job_id"), e.get("submitted_job_id")) for e in doc.get("lineage") or ()),
+             (doc.get("inflight") or {}).get("submitted_job_id")]
+    flat: list[object] = []
+    for x in found:
+        flat.extend(x if isinstance(x, tuple) else (x,))
+    return tuple(dict.fromkeys(j for j in flat if isinstance(j, str) and j))
 
 
 def _next_attempt(r: Doc, revision: str) -> int:

@@ -95,6 +95,11 @@ class LiveApp(Frozen):
     # Not part of the fingerprint. With nothing in flight they are leftovers: the planner removes them.
     standby_generation: str | None = None
     retired_cluster: bool = False
+    # Processes of the live cluster that died while its JobManager stays up (a kill -9'd TaskManager): the
+    # runtime restarts them in place (EnsureCluster) and Flink restores the job from its latest checkpoint.
+    # Only runtimes with nothing else to restart a process (local) report them; Kubernetes has its kubelet.
+    missing_processes: tuple[str, ...] = ()
+    job_exception: str | None = None  # the root exception Flink reports for a job that is not running
 
     @property
     def has_evidence(self) -> bool:
@@ -154,6 +159,15 @@ class AppRecord(Frozen):
     attempts: int = 0  # attempts at last_attempted_revision
     job_id: str | None = None
     savepoints: tuple[SavepointRecord, ...] = ()
+    last_action: str | None = None  # the action of the last attempt (a failed repair is not a failed spec)
+    # Self-healing (docs/plan.md#self-healing): since when the job is seen not running healthy (None:
+    # healthy or unknown), and when automatic repairs of `repairs_spec_hash` began (the crash-loop window).
+    unhealthy_since: datetime | None = None
+    repairs: tuple[datetime, ...] = ()
+    repairs_spec_hash: str | None = None
+    # Every job id this app's executions submitted, as far as its lineage goes back: a retained checkpoint of
+    # another job is not this app's newest state (a copied directory, a reused name).
+    job_ids: tuple[str, ...] = ()
 
     @property
     def latest_savepoint(self) -> SavepointRecord | None:

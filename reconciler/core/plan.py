@@ -7,6 +7,7 @@ revision and the fingerprint of the live state it assumed, so `apply --plan` can
 from __future__ import annotations
 
 import hashlib
+import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -255,6 +256,9 @@ class AppPlan(_Frozen):
     previous: dict[str, Any] | None = None  # what ran before (the rollback target)
     source_file: str | None = None
     upgrade_mode: str | None = None
+    # A repair (or the wait before one): what failed — taskmanager | jobmanager | cluster | job. Metrics count
+    # repairs by it (flink_reconciler_repairs_total{kind}).
+    repair: str | None = None
 
     @property
     def changes(self) -> bool:
@@ -290,6 +294,15 @@ class Plan(_Frozen):
     @property
     def has_errors(self) -> bool:
         return any(a.action is Action.ERROR for a in self.apps)
+
+
+_NUMBER = re.compile(r"[0-9]+")
+
+
+def reason_key(text: str) -> str:
+    """A reason with its numbers blanked: "the latest checkpoint is 12s old" said again a pass later (13s) is the
+    same answer, so history, notes and commit statuses record it once, not on every pass."""
+    return _NUMBER.sub("#", text)
 
 
 def deterministic_job_id(app: str, revision: str, attempt: int, purpose: str = "start") -> str:

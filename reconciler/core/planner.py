@@ -8,6 +8,7 @@ with an instruction.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -16,6 +17,7 @@ from typing import Any, Literal
 
 from reconciler.core.diff import diff, field_name, highest_class
 from reconciler.core.observed import (
+    Checkpoint,
     ClusterPhase,
     JobPhase,
     LiveApp,
@@ -71,6 +73,13 @@ class Policy:
     warm_standby: bool = False  # the runtime can run a second cluster of an app (live.ports.StandbyRuntime)
     # app -> why the runtime could not run a second cluster of it now (e.g. the namespace quota): plan cold
     standby_refused: Mapping[str, str] = field(default_factory=dict)
+    # Self-healing: automatic repairs of one spec back off exponentially (repair_backoff, doubling up to
+    # repair_backoff_max); after repair_max_attempts within repair_window the app is a crash loop: failure,
+    # no more restarts until Git changes its spec (or restartNonce is bumped).
+    repair_max_attempts: int = 5
+    repair_window: timedelta = timedelta(minutes=10)
+    repair_backoff: timedelta = timedelta(seconds=10)
+    repair_backoff_max: timedelta = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -378,10 +387,13 @@ def _plan_present(
     if not was_running and not running:
         return blocked or _resume(ctx)
 
-    if not running:  # Git says it runs and it did run: the job died or the cluster went away
+    if live.job is not JobPhase.RUNNING:  # Git says it runs and it did run: heal (docs/plan.md#self-healing)
+        waiting = _recovering(ctx)
+        if waiting is not None:
+            return waiting
         if live.job_id and highest_class(changes) >= ChangeClass.UPGRADE:
             return blocked or _upgrade(ctx, _changed_fields(changes, ChangeClass.UPGRADE) + " while the job is down")
-        return blocked or _repair(ctx)
+        return blocked or _repair_guard(ctx, _repair_kind(live)) or _repair(ctx)
 
     job = live.job_id
     assert job is not None
@@ -436,6 +448,8 @@ def _failed_before(ctx: _Ctx) -> AppPlan | None:
     if not rec or rec.last_outcome is not Outcome.FAILURE:
         return None
     if rec.last_attempted_spec_hash != ctx.desired.spec_hash:
+        return None
+    if rec.last_action == Action.REPAIR.value:  # the crash-loop guard counts failed repairs (_repair_guard)
         return None
     if (rec.last_message or "").startswith(_FAILED_BEFORE):
         return ctx.app_plan(Action.BLOCKED, rec.last_message or "")  # already said; never nest it
@@ -523,46 +537,67 @@ class _Found:
     is_savepoint: bool
     source: str  # what it is, said in reasons and instructions
     exact: bool = False  # the final state of the last job (the savepoint it was stopped with)
+    ours: bool = True  # of a job this app ran (see _of_lineage)
 
     def describe(self) -> str:
         return f"{self.source} {self.path} ({self.at:%Y-%m-%d %H:%M} UTC)"
 
 
 def _found(ctx: _Ctx) -> list[_Found]:
-    """Every restore point the planner can see, newest first."""
+    """Every restore point the planner can see, newest first. A snapshot that belongs to a job this app never
+    ran (by the job id in its path) is marked foreign: it is never restored from without a human."""
     live = ctx.live
     rec = ctx.inp.records.get(ctx.name)
+    # Lineage is checked against the jobs the record names; with none on record (first sight) it cannot be.
+    known = {j for j in (*rec.job_ids, live.job_id, live.stopped_job_id) if j} if rec and rec.job_ids else set()
     out: list[_Found] = []
     sp = rec.latest_savepoint if rec else None
     if sp:
-        out.append(_Found(sp.path, sp.taken_at, sp.kind != "checkpoint", f"its last {sp.kind} on record"))
+        out.append(_Found(sp.path, sp.taken_at, sp.kind != "checkpoint", f"its last {sp.kind} on record", ours=True))
     if live.stopped_savepoint:
         c = live.stopped_savepoint
         out.append(_Found(c.path, c.completed_at, True, f"the savepoint job {live.stopped_job_id} stopped with",
-                          exact=True))
+                          exact=True, ours=True))
     if live.stored_savepoint:
         c = live.stored_savepoint
-        out.append(_Found(c.path, c.completed_at, True, "the newest savepoint in its savepoint directory"))
+        out.append(_Found(c.path, c.completed_at, True, "the newest savepoint in its savepoint directory",
+                          ours=_of_lineage(c, known)))
     if live.latest_checkpoint:
         c = live.latest_checkpoint
         job = live.job_id or live.stopped_job_id
         out.append(_Found(c.path, c.completed_at, c.is_savepoint,
-                          f"the latest checkpoint of job {job}" if job else "the latest checkpoint"))
+                          f"the latest checkpoint of job {job}" if job else "the latest checkpoint", ours=True))
     if live.stored_checkpoint:
         c = live.stored_checkpoint
-        out.append(_Found(c.path, c.completed_at, False, "the newest retained checkpoint in its checkpoint directory"))
+        out.append(_Found(c.path, c.completed_at, False, "the newest retained checkpoint in its checkpoint directory",
+                          ours=_of_lineage(c, known)))
     return sorted(out, key=lambda f: f.at, reverse=True)
+
+
+_CHECKPOINT_JOB = re.compile(r"(?:^|/)([0-9a-f]{32})/chk-[0-9]+/?$")
+_SAVEPOINT_JOB = re.compile(r"(?:^|/)savepoint-([0-9a-f]{6})-[0-9a-f]+/?$")
+
+
+def _of_lineage(c: Checkpoint, known: set[str]) -> bool:
+    """Whether a stored snapshot belongs to one of the app's jobs. Flink names the job in the path (a checkpoint's
+    directory is the job id, a savepoint's name starts with its first six digits); with no job on record, or a
+    path that does not say, it is taken as the app's own (its own directory holds it)."""
+    if not known:
+        return True
+    if m := _CHECKPOINT_JOB.search(c.path):
+        return m.group(1) in known
+    if m := _SAVEPOINT_JOB.search(c.path):
+        return any(j.startswith(m.group(1)) for j in known)
+    return True
 
 
 def _restore_when_not_running(ctx: _Ctx, what: str, *, trust_savepoints: bool = False
                               ) -> tuple[Restore, tuple[str, ...], _Found | None] | AppPlan:
-    """No savepoint can be taken (no job runs): the newest state found and the upgradeMode decide,
-    else a human does.
-
-    A savepoint is the restore point when it is newer than every checkpoint and is either exact (the
-    savepoint the last job stopped with) or trusted: on first sight and on resume it is the newest
-    state there is. For a job that ran since (repair), an older savepoint would silently rewind it,
-    so savepoint mode restores only from a checkpoint younger than maxCheckpointAge, or blocks."""
+    """No savepoint can be taken (no job runs): restore from the newest state of the app's own lineage, as Flink's
+    HA does (the latest completed checkpoint, or a savepoint when that is newer). Blocked, with an instruction,
+    only when no state can be found safely: none at all for an app that had some, storage that cannot be read,
+    the newest state belongs to another job, or a checkpoint is older than the spec's maxCheckpointAge cap.
+    Never empty state without the spec's consent (stateless)."""
     mode = ctx.desired.spec.job.upgrade_mode
     live = ctx.live
     found = _found(ctx)
@@ -580,25 +615,31 @@ def _restore_when_not_running(ctx: _Ctx, what: str, *, trust_savepoints: bool = 
                                             "spec.job.initialSavepointPath to the savepoint to start from.")
     if first_sight and not found and not live.stopped_job_id:
         return NO_STATE, (), None  # no trace of any state: a new app
-    trusted = trust_savepoints or mode is UpgradeMode.LAST_STATE
-    savepoints = [f for f in found if f.is_savepoint and (f.exact or trusted)]
-    checkpoints = [f for f in found if not f.is_savepoint]
-    sp = savepoints[0] if savepoints else None
-    ckpt = checkpoints[0] if checkpoints else None
-    if sp and (ckpt is None or sp.at >= ckpt.at):
-        return Restore(kind=RestoreKind.PATH, path=sp.path), (), sp
-    if mode is UpgradeMode.LAST_STATE:
-        if ckpt:
-            return Restore(kind=RestoreKind.PATH, path=ckpt.path), (), ckpt
-        return _blocked_no_state(ctx, what, "no retained checkpoint or savepoint exists")
-    # savepoint mode: a checkpoint is acceptable only when young enough.
+    ours = [f for f in found if f.ours]
+    newest = ours[0] if ours else None
+    foreign = found[0] if found and not found[0].ours else None
+    if foreign is not None:  # something newer than anything of ours: whose state is it?
+        return ctx.app_plan(Action.BLOCKED, f"{what}, and the newest state in its storage, {foreign.describe()}, "
+                                            "belongs to a job this app never ran (by its path): it is not restored "
+                                            "from automatically. To proceed: set spec.job.initialSavepointPath to the "
+                                            "state to start from and bump spec.job.savepointRedeployNonce"
+                                            + (f" (the app's own newest is {newest.describe()})" if newest else "")
+                                            + ".")
     max_age = ctx.desired.spec.job.max_checkpoint_age
-    if ckpt and max_age is not None:
-        age = ctx.inp.now - ckpt.at
-        if age <= max_age:
-            return Restore(kind=RestoreKind.PATH, path=ckpt.path), (
-                f"RESTORES FROM CHECKPOINT {ckpt.path} ({_age(age)} old, within maxCheckpointAge "
-                f"{_age(max_age)}): {what}, so no savepoint can be taken",), ckpt
+    if newest is not None and (newest.is_savepoint or max_age is None or mode is UpgradeMode.LAST_STATE
+                               or ctx.inp.now - newest.at <= max_age):
+        risks: tuple[str, ...] = ()
+        # Said for review where it changes what starts: a new spec from a non-final state, or an app adopted
+        # from a checkpoint (first sight). A repair of the same spec from its latest checkpoint is Flink's own HA.
+        upgrade = ctx.previous is not None and highest_class(ctx.changes) >= ChangeClass.UPGRADE
+        if mode is UpgradeMode.SAVEPOINT and not newest.exact and (upgrade or (first_sight and not newest.is_savepoint)):
+            kind = "SAVEPOINT" if newest.is_savepoint else "CHECKPOINT"
+            risks = (f"RESTORES FROM {kind} {newest.path} ({_age(ctx.inp.now - newest.at)} old): {what}, so no "
+                     "savepoint can be taken; the new spec starts from the newest state of the job",)
+        return Restore(kind=RestoreKind.PATH, path=newest.path), risks, newest
+    ckpt = newest
+    if mode is UpgradeMode.LAST_STATE and ckpt is None:
+        return _blocked_no_state(ctx, what, "no retained checkpoint or savepoint exists")
     if ckpt:
         why = f"the latest checkpoint is {_age(ctx.inp.now - ckpt.at)} old" + (
             f", older than maxCheckpointAge {_age(max_age)}" if max_age else " and maxCheckpointAge is unset")
@@ -778,12 +819,92 @@ def _repair(ctx: _Ctx) -> AppPlan:
         return found
     restore, risks, src = found
     steps: list[Step] = []
-    if live.job_id and live.job is JobPhase.FAILING:
+    if live.job_id and live.job in (JobPhase.FAILING, JobPhase.STARTING) and live.cluster is not ClusterPhase.FAILED:
         steps.append(CancelJob(job_id=live.job_id, deadline_s=_deadlines(ctx)[0]))
     steps.extend(_start_steps(ctx, restore, ctx.job_id))
     origin = src.describe() if src else restore.describe()
     return ctx.app_plan(Action.REPAIR, f"drift: {what}; restarting from {origin}",
-                        risks=risks, steps=tuple(steps))
+                        risks=risks, steps=tuple(steps), repair=_repair_kind(live))
+
+
+# Flink states a job passes through while Flink itself recovers it (its restart strategy, slots coming back).
+_RECOVERING_STATES = frozenset({"RESTARTING", "INITIALIZING", "CREATED", "RECONCILING", "FAILING", "RUNNING"})
+
+
+def _repair_kind(live: LiveApp) -> str:
+    """What a repair brings back, for its metric and its history line."""
+    if live.missing_processes:
+        return "jobmanager" if any("jobmanager" in p for p in live.missing_processes) else "taskmanager"
+    if live.cluster is ClusterPhase.FAILED:
+        return "jobmanager"
+    if live.cluster is ClusterPhase.ABSENT:
+        return "cluster"
+    return "job"
+
+
+def _recovering(ctx: _Ctx) -> AppPlan | None:
+    """Let Flink recover first. A job Flink is restarting (or a cluster still coming back) is given the app's
+    recovery.gracePeriod, counted from when the job was first seen unhealthy; dead processes of a cluster whose
+    JobManager is up are restarted at once (nothing else would), and the job then recovers on them by itself.
+    None: nothing is recovering, or the grace period is over: the caller repairs."""
+    live = ctx.live
+    rec = ctx.inp.records.get(ctx.name)
+    if live.missing_processes and live.cluster is not ClusterPhase.FAILED and (live.flink_state or "").upper() != "FAILED":
+        kind = _repair_kind(live)
+        guard = _repair_guard(ctx, kind)
+        if guard is not None:
+            return guard
+        ref = SpecRef.PREVIOUS if ctx.previous is not None else SpecRef.DESIRED  # what runs, not a new config
+        _, start, _ = _deadlines(ctx)
+        steps: list[Step] = [EnsureCluster(spec=ref, deadline_s=start)]
+        if live.job_id:
+            steps.append(AwaitRunning(job_id=live.job_id, deadline_s=start))
+        return ctx.app_plan(
+            Action.REPAIR,
+            f"{', '.join(live.missing_processes)} not running: restarting it on the live cluster"
+            + (f"; job {live.job_id} recovers from its latest checkpoint by itself" if live.job_id else ""),
+            steps=tuple(steps), repair=kind)
+    if live.cluster is ClusterPhase.STARTING and live.job_id is None:
+        what = f"the cluster is coming back ({live.cluster_message or 'starting'})"
+    elif live.job_id and live.job in (JobPhase.STARTING, JobPhase.FAILING) and (
+            (live.flink_state or "").upper() in _RECOVERING_STATES):
+        what = f"Flink is recovering job {live.job_id} ({live.flink_state})"
+    else:
+        return None
+    since = (rec.unhealthy_since if rec else None) or ctx.inp.now
+    grace = ctx.desired.spec.recovery.grace_period
+    if ctx.inp.now - since >= grace:
+        return None
+    return ctx.app_plan(
+        Action.NOOP, f"recovering since {since:%Y-%m-%d %H:%M:%S} UTC: {what}; if it is not running by "
+        f"{since + grace:%H:%M:%S} UTC (recovery.gracePeriod {_age(grace)}), it is restarted from its newest "
+        "checkpoint or savepoint", repair="recovering")
+
+
+def _repair_guard(ctx: _Ctx, kind: str) -> AppPlan | None:
+    """No crash loops: repairs of one spec back off exponentially, and after too many within the window the app
+    is failed with Flink's last error and left alone until Git changes (a fix, or a restartNonce bump)."""
+    rec = ctx.inp.records.get(ctx.name)
+    if rec is None or rec.repairs_spec_hash != ctx.desired.spec_hash:
+        return None
+    pol = ctx.inp.policy
+    recent = sorted(t for t in rec.repairs if ctx.inp.now - t <= pol.repair_window)
+    if not recent:
+        return None
+    if len(recent) >= pol.repair_max_attempts:
+        error = ctx.live.job_exception or (rec.last_message if rec.last_action == Action.REPAIR.value else None)
+        return ctx.app_plan(
+            Action.BLOCKED,
+            f"crash loop: {len(recent)} automatic repairs within {_age(pol.repair_window)} did not keep the job "
+            f"running" + (f"; last error: {error}" if error else "") + ". Not restarting it again: push a fix, "
+            "or bump spec.job.restartNonce to retry the same spec.", repair=kind)
+    wait = min(pol.repair_backoff_max, pol.repair_backoff * 2 ** (len(recent) - 1))
+    if ctx.inp.now < recent[-1] + wait:
+        return ctx.app_plan(
+            Action.NOOP, f"{kind} needs a repair; attempt {len(recent) + 1} waits until "
+            f"{recent[-1] + wait:%H:%M:%S} UTC (backoff {_age(wait)} after {len(recent)} within "
+            f"{_age(pol.repair_window)})", repair=kind)
+    return None
 
 
 def _savepoint_redeploy(ctx: _Ctx, job: str) -> AppPlan:

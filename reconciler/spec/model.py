@@ -384,6 +384,17 @@ class SavepointPolicy(_Model):
     )
 
 
+class RecoverySpec(_Model):
+    grace_period: Duration = change(
+        ChangeClass.IGNORE,
+        "How long a job that Flink is restarting (RESTARTING, INITIALIZING, CREATED, RECONCILING, FAILING, or "
+        "waiting for TaskManagers) is left to recover by itself before the reconciler restarts it from its newest "
+        "checkpoint or savepoint. Keep it longer than the job's restart-strategy delay. Dead processes of the "
+        "local runtime are restarted at once, whatever this says.",
+        default=timedelta(seconds=60),
+    )
+
+
 class AppSpec(_Model):
     flink_version: str = change(ChangeClass.UPGRADE, "Flink version, e.g. '2.3'.", default="2.3")
     image: str | None = change(ChangeClass.UPGRADE, "Container image (kubernetes runtime).", default=None)
@@ -407,6 +418,10 @@ class AppSpec(_Model):
     )
     savepoints: SavepointPolicy = change(ChangeClass.IGNORE, "Savepoint retention.", default=SavepointPolicy())
     deadlines: Deadlines = change(ChangeClass.IGNORE, "Per-step deadlines.", default=Deadlines())
+    recovery: RecoverySpec = change(
+        ChangeClass.IGNORE, "Self-healing: how long Flink may recover a failing job by itself before the "
+        "reconciler repairs it.", default=RecoverySpec(),
+    )
 
     @field_validator("flink_configuration", mode="before")
     @classmethod

@@ -52,6 +52,7 @@ ADAPTIVE: dict[str, Any] = {"flinkConfiguration": {"execution.checkpointing.inte
                                                     "jobmanager.scheduler": "adaptive"},
                             "upgrade": {"inPlaceRescale": True}}
 JOB = "j" * 32
+GRACE0 = {"gracePeriod": "0s"}
 RUNNING = running(job_id=JOB)
 RESCALE_STEPS = ("RescaleInPlace", "StopWithSavepoint", "EnsureCluster", "StartJob", "AwaitRunning", "AwaitHealthy")
 UPGRADE_STEPS = RESCALE_STEPS[1:]
@@ -101,12 +102,13 @@ ROWS = [
     Row("checkpointing off: a rescale would restart from empty state", _no_ckpt(1), _no_ckpt(2), Action.UPGRADE,
         UPGRADE_STEPS[:-1],
         "(not rescaled in place: checkpointing is off"),
-    Row("job still starting, savepoint mode: the upgrade's answer stands", spec(1), spec(2), Action.BLOCKED, (),
+    # past the recovery grace period (0s here): a job still starting then is a job to replace, not to wait for
+    Row("job still starting, savepoint mode: the upgrade's answer stands", spec(1, recovery=GRACE0),
+        spec(2, recovery=GRACE0), Action.BLOCKED, (),
         f"job {JOB} is RUNNING and upgradeMode is savepoint", live=running(job_id=JOB, phase=JobPhase.STARTING)),
-    Row("job still starting, stateless", spec(1, job={"upgradeMode": "stateless"}),
-        spec(2, job={"upgradeMode": "stateless"}), Action.UPGRADE, ("CancelJob", *UPGRADE_STEPS[1:]),
-        f"(not rescaled in place: job {JOB} is starting (RUNNING), not running every task)",
-        live=running(job_id=JOB, phase=JobPhase.STARTING)),
+    Row("job still starting, stateless", spec(1, job={"upgradeMode": "stateless"}, recovery=GRACE0),
+        spec(2, job={"upgradeMode": "stateless"}, recovery=GRACE0), Action.UPGRADE, ("CancelJob", *UPGRADE_STEPS[1:]),
+        "while the job is down: stateless upgrade via cancel", live=running(job_id=JOB, phase=JobPhase.STARTING)),
     Row("last-state: the fallback cancels keeping the checkpoint", spec(1, job={"upgradeMode": "last-state"}),
         spec(2, job={"upgradeMode": "last-state"}), Action.SCALE,
         ("RescaleInPlace", "CancelJob", *UPGRADE_STEPS[1:]), "if that fails: spec.job.parallelism changed (upgrade): "

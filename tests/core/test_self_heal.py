@@ -1,0 +1,157 @@
+"""Issue 20: the planner heals routine faults by itself (docs/plan.md#self-healing). Pure table tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+
+from reconciler.core.observed import AppRecord, Checkpoint, ClusterPhase, JobPhase, LiveApp
+from reconciler.core.plan import Action, AwaitRunning, EnsureCluster, SpecRef, StartJob, reason_key, spec_hash
+from reconciler.core.planner import Policy, plan
+from tests.core.builders import NOW, app, inp, record, running
+
+P1 = app()
+P2 = app(job={"args": ["v2"]})
+JOB = "j" * 32
+OLD_JOB = "0" * 32
+CKPT = f"file:///state/checkpoints/orders/{JOB}/chk-41"
+FOREIGN_CKPT = f"file:///state/checkpoints/orders/{'f' * 32}/chk-3"
+H = spec_hash(P1.canonical())
+
+
+def live(*, cluster: ClusterPhase = ClusterPhase.READY, state: str | None = "RESTARTING",
+         missing: tuple[str, ...] = (), stored_ck: str | None = None, ckpt_age: timedelta | None = None,
+         exception: str | None = None, job_id: str | None = JOB) -> LiveApp:
+    phase = {None: JobPhase.NONE, "RESTARTING": JobPhase.STARTING, "CREATED": JobPhase.STARTING,
+             "FAILING": JobPhase.FAILING, "FAILED": JobPhase.FAILING, "RUNNING": JobPhase.STARTING}[state]
+    return LiveApp(
+        name="orders", cluster=cluster, job_id=job_id if state else None, flink_state=state, job=phase,
+        missing_processes=missing, job_exception=exception,
+        latest_checkpoint=Checkpoint(path=CKPT, completed_at=NOW - ckpt_age) if ckpt_age is not None and state else None,
+        stored_checkpoint=Checkpoint(path=stored_ck, completed_at=NOW - timedelta(seconds=3)) if stored_ck else None,
+    )
+
+
+def rec(*, unhealthy_for: timedelta | None = None, repairs: tuple[timedelta, ...] = (), **kw: object) -> AppRecord:
+    return record(unhealthy_since=NOW - unhealthy_for if unhealthy_for is not None else None,
+                  repairs=tuple(NOW - r for r in repairs), repairs_spec_hash=H if repairs else None,
+                  job_ids=(JOB,), **kw)
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    live: LiveApp
+    record: AppRecord | None
+    action: Action
+    steps: tuple[str, ...] = ()
+    reason: str = ""
+    desired: object = P1
+    repair: str | None = None
+
+
+START = ("EnsureCluster", "StartJob", "AwaitRunning")
+ROWS = [
+    Row("a TaskManager died: restarted at once on the live cluster, the job recovers by itself",
+        live(cluster=ClusterPhase.STARTING, missing=("taskmanager-0",)), rec(), Action.REPAIR,
+        ("EnsureCluster", "AwaitRunning"), "taskmanager-0 not running", repair="taskmanager"),
+    Row("Flink restarting the job within the grace period: wait, and say since when",
+        live(), rec(unhealthy_for=timedelta(seconds=20)), Action.NOOP, (),
+        "recovering since 2026-06-01 11:59:40 UTC: Flink is recovering job", repair="recovering"),
+    Row("first sight of the restart: the grace period starts now",
+        live(state="CREATED"), rec(), Action.NOOP, (), "by 12:01:00 UTC (recovery.gracePeriod 60s)"),
+    Row("still restarting after the grace period: cancel, restart from its latest checkpoint",
+        live(ckpt_age=timedelta(seconds=2)), rec(unhealthy_for=timedelta(seconds=61)), Action.REPAIR,
+        ("CancelJob", *START), f"restarting from the latest checkpoint of job {JOB}", repair="job"),
+    Row("a FAILED job (Flink gave up) is repaired at once from its latest checkpoint",
+        live(state="FAILED", ckpt_age=timedelta(seconds=5)), rec(), Action.REPAIR, ("CancelJob", *START),
+        "latest checkpoint", repair="job"),
+    Row("the JobManager died (no HA): a new cluster, the job from its newest retained checkpoint",
+        live(cluster=ClusterPhase.FAILED, state=None, stored_ck=CKPT), rec(), Action.REPAIR, START,
+        "newest retained checkpoint", repair="jobmanager"),
+    Row("the cluster vanished: recreated, the job from the savepoint on record when nothing is newer",
+        LiveApp(name="orders", cluster=ClusterPhase.ABSENT), rec(savepoint_age=timedelta(hours=1)), Action.REPAIR,
+        START, "last savepoint on record", repair="cluster"),
+    Row("the JobManager forgot its job (READY, no job): restarted from the newest state",
+        live(state=None, stored_ck=CKPT), rec(), Action.REPAIR, START, "newest retained checkpoint", repair="job"),
+    Row("a checkpoint of a job this app never ran is not restored from",
+        live(cluster=ClusterPhase.FAILED, state=None, stored_ck=FOREIGN_CKPT), rec(), Action.BLOCKED, (),
+        "belongs to a job this app never ran"),
+    Row("maxCheckpointAge set and exceeded: blocked (opt-in)",
+        live(state="FAILED", ckpt_age=timedelta(hours=2)), rec(), Action.BLOCKED, (),
+        "older than maxCheckpointAge 10m", desired=app(job={"maxCheckpointAge": "10m"})),
+    Row("backoff: a second repair right after the first waits",
+        live(state="FAILED", ckpt_age=timedelta(seconds=5)), rec(repairs=(timedelta(seconds=4),)), Action.NOOP, (),
+        "attempt 2 waits until 12:00:06 UTC (backoff 10s", repair="job"),
+    Row("backoff doubles: the third waits 20 s after the second",
+        live(state="FAILED", ckpt_age=timedelta(seconds=5)),
+        rec(repairs=(timedelta(seconds=60), timedelta(seconds=15))), Action.NOOP, (), "backoff 20s"),
+    Row("backoff over: the next repair runs",
+        live(state="FAILED", ckpt_age=timedelta(seconds=5)), rec(repairs=(timedelta(seconds=11),)), Action.REPAIR,
+        ("CancelJob", *START)),
+    Row("crash loop: five repairs in ten minutes fail the app with Flink's error, no more restarts",
+        live(state="FAILED", ckpt_age=timedelta(seconds=5), exception="java.lang.IllegalStateException: boom"),
+        rec(repairs=tuple(timedelta(minutes=m) for m in (9, 7, 5, 3, 1))), Action.BLOCKED, (),
+        "crash loop: 5 automatic repairs within 10m did not keep the job running; last error: "
+        "java.lang.IllegalStateException: boom. Not restarting it again: push a fix, or bump "
+        "spec.job.restartNonce", repair="job"),
+    Row("repairs older than the window do not count",
+        live(state="FAILED", ckpt_age=timedelta(seconds=5)),
+        rec(repairs=tuple(timedelta(minutes=m) for m in (59, 50, 40, 30, 20))), Action.REPAIR, ("CancelJob", *START)),
+    Row("a new spec resets the crash loop: the upgrade restores from the newest state, with a risk line",
+        live(state="FAILED", ckpt_age=timedelta(seconds=5)),
+        rec(repairs=tuple(timedelta(minutes=m) for m in (9, 7, 5, 3, 1))), Action.UPGRADE,
+        ("CancelJob", *START), "while the job is down", desired=P2),
+    Row("a failed repair is not 'this spec already failed': the backoff decides",
+        live(state="FAILED", ckpt_age=timedelta(seconds=5)),
+        rec(repairs=(timedelta(seconds=30),), last_outcome="failure", last_action="repair", last_message="boom",
+            last_attempted_spec_hash=H), Action.REPAIR, ("CancelJob", *START)),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+def test_self_healing_table(row: Row) -> None:
+    assert isinstance(row.desired, type(P1))
+    records = [row.record] if row.record else []
+    p = plan(inp([row.desired], [P1], [row.live], records)).app("orders")
+    assert p.action is row.action, p.reason
+    assert tuple(s.type for s in p.steps) == row.steps, p.reason
+    assert row.reason in p.reason, p.reason
+    if row.repair is not None:
+        assert p.repair == row.repair
+    if row.action is Action.REPAIR and row.desired is P1:
+        assert not p.risks, "repairing the same spec from its own newest state is Flink's HA, not a risk"
+    if row.action is Action.UPGRADE:
+        assert any("RESTORES FROM CHECKPOINT" in r for r in p.risks), p.risks
+    for step in p.steps:
+        if isinstance(step, StartJob):
+            assert step.restore.path in (CKPT, "file:///sp/orders/savepoint-1"), "never empty state"
+
+
+def test_a_dead_taskmanager_is_restarted_at_the_spec_that_runs_not_a_new_one() -> None:
+    """A change in Git while a TaskManager is dead must not reconfigure the cluster under the running job."""
+    p = plan(inp([P2], [P1], [live(cluster=ClusterPhase.STARTING, missing=("taskmanager-1",))], [rec()])).app("orders")
+    assert p.action is Action.REPAIR
+    ensure, wait = p.steps
+    assert isinstance(ensure, EnsureCluster) and ensure.spec is SpecRef.PREVIOUS
+    assert isinstance(wait, AwaitRunning) and wait.job_id == JOB
+
+
+def test_the_policy_sets_the_crash_loop_limits() -> None:
+    two = Policy(repair_max_attempts=2, repair_window=timedelta(minutes=1), repair_backoff=timedelta(seconds=1))
+    failing = live(state="FAILED", ckpt_age=timedelta(seconds=5))
+    i = inp([P1], [P1], [failing], [rec(repairs=(timedelta(seconds=40), timedelta(seconds=20)))], policy=two)
+    assert plan(i).app("orders").action is Action.BLOCKED
+    i = inp([P1], [P1], [failing], [rec(repairs=(timedelta(seconds=90), timedelta(seconds=70)))], policy=two)
+    assert plan(i).app("orders").action is Action.REPAIR
+
+
+@pytest.mark.parametrize(("a", "b", "same"), [
+    ("the latest checkpoint is 12s old", "the latest checkpoint is 13s old", True),
+    ("recovering since 11:59:40 UTC", "recovering since 11:59:41 UTC", True),
+    ("job 1 is FAILED", "job 1 is RESTARTING", False),
+])
+def test_a_reason_said_again_with_other_numbers_is_the_same_reason(a: str, b: str, same: bool) -> None:
+    assert (reason_key(a) == reason_key(b)) is same
