@@ -344,8 +344,8 @@ class Journal:
             if (r.get("last_attempted_revision") == revision and r.get("last_outcome") == outcome.value
                     and r.get("last_message") == message):
                 return
-            if (r.get("last_outcome") == outcome.value and reason_key(r.get("last_message") or "") == reason_key(message)
-                    and self._repeat(doc, action, outcome, message)):
+            same = reason_key(r.get("last_message") or "") == reason_key(message)
+            if r.get("last_outcome") == outcome.value and same and self._repeat(doc, action, outcome, message):
                 r["last_message"] = message  # the same answer again (an age grew): one history line, not one per pass
                 return
             keep_hash = r.get("last_outcome") == Outcome.FAILURE.value

@@ -632,7 +632,8 @@ def _restore_when_not_running(ctx: _Ctx, what: str, *, trust_savepoints: bool = 
         # Said for review where it changes what starts: a new spec from a non-final state, or an app adopted
         # from a checkpoint (first sight). A repair of the same spec from its latest checkpoint is Flink's own HA.
         upgrade = ctx.previous is not None and highest_class(ctx.changes) >= ChangeClass.UPGRADE
-        if mode is UpgradeMode.SAVEPOINT and not newest.exact and (upgrade or (first_sight and not newest.is_savepoint)):
+        adopted_ckpt = first_sight and not newest.is_savepoint
+        if mode is UpgradeMode.SAVEPOINT and not newest.exact and (upgrade or adopted_ckpt):
             kind = "SAVEPOINT" if newest.is_savepoint else "CHECKPOINT"
             risks = (f"RESTORES FROM {kind} {newest.path} ({_age(ctx.inp.now - newest.at)} old): {what}, so no "
                      "savepoint can be taken; the new spec starts from the newest state of the job",)
@@ -849,7 +850,8 @@ def _recovering(ctx: _Ctx) -> AppPlan | None:
     None: nothing is recovering, or the grace period is over: the caller repairs."""
     live = ctx.live
     rec = ctx.inp.records.get(ctx.name)
-    if live.missing_processes and live.cluster is not ClusterPhase.FAILED and (live.flink_state or "").upper() != "FAILED":
+    gave_up = (live.flink_state or "").upper() == "FAILED"  # Flink's restart strategy is exhausted: a full repair
+    if live.missing_processes and live.cluster is not ClusterPhase.FAILED and not gave_up:
         kind = _repair_kind(live)
         guard = _repair_guard(ctx, kind)
         if guard is not None:

@@ -10,7 +10,7 @@ import pytest
 from reconciler.core.observed import AppRecord, Checkpoint, ClusterPhase, JobPhase, LiveApp
 from reconciler.core.plan import Action, AwaitRunning, EnsureCluster, SpecRef, StartJob, reason_key, spec_hash
 from reconciler.core.planner import Policy, plan
-from tests.core.builders import NOW, app, inp, record, running
+from tests.core.builders import NOW, app, inp, record
 
 P1 = app()
 P2 = app(job={"args": ["v2"]})
@@ -29,7 +29,8 @@ def live(*, cluster: ClusterPhase = ClusterPhase.READY, state: str | None = "RES
     return LiveApp(
         name="orders", cluster=cluster, job_id=job_id if state else None, flink_state=state, job=phase,
         missing_processes=missing, job_exception=exception,
-        latest_checkpoint=Checkpoint(path=CKPT, completed_at=NOW - ckpt_age) if ckpt_age is not None and state else None,
+        latest_checkpoint=(Checkpoint(path=CKPT, completed_at=NOW - ckpt_age)
+                           if ckpt_age is not None and state else None),
         stored_checkpoint=Checkpoint(path=stored_ck, completed_at=NOW - timedelta(seconds=3)) if stored_ck else None,
     )
 
