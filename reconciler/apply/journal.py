@@ -390,6 +390,7 @@ class Journal:
             if app_plan.action is Action.REPAIR:  # the crash-loop window counts repairs of one spec
                 earlier = r.get("repairs") or [] if r.get("repairs_spec_hash") == desired_hash else []
                 r.update(repairs=[*earlier, now][-MAX_REPAIRS:], repairs_spec_hash=desired_hash)
+                r.pop("unhealthy_since", None)  # a job down again after the repair gets a new grace period
             if app_plan.source_file:
                 r["source_file"] = app_plan.source_file
             ns = _namespace_of(app_plan)

@@ -115,11 +115,20 @@ class Metrics:
             "Unix time of the last sync pass that completed without a pass-level error.",
             registry=r,
         )
+        self.repairs = Counter(
+            f"{PREFIX}_repairs",
+            "Automatic repairs run (self-healing), by what failed: taskmanager, jobmanager, cluster or job.",
+            ["kind", "outcome"],
+            registry=r,
+        )
 
     # --- recording helpers (what the service and the daemon call) ---------------------------------
     def observe_reconcile(self, app: str, seconds: float, outcome: Outcome | str) -> None:
         self.reconcile_duration.labels(app).observe(seconds)
         self.reconcile_outcomes.labels(app, str(outcome)).inc()
+
+    def count_repair(self, kind: str, outcome: Outcome | str) -> None:
+        self.repairs.labels(kind, str(outcome)).inc()
 
     def set_applied_revision(self, app: str, revision: str) -> None:
         self.last_applied_revision.labels(app).info({"revision": revision})

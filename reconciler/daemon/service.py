@@ -22,7 +22,7 @@ from reconciler.apply.executor import AppResult, Executor, StepEvent
 from reconciler.apply.journal import Journal
 from reconciler.apply.migrate import migrate_sqlite_journal
 from reconciler.clock import Clock
-from reconciler.core.observed import AppRecord, Outcome, Records, SavepointRecord
+from reconciler.core.observed import AppRecord, ClusterPhase, JobPhase, LiveState, Outcome, Records, SavepointRecord
 from reconciler.core.plan import Action, AppPlan, Plan
 from reconciler.core.planner import ADOPTED_RUNNING, Desired, PlanInput, Policy, desired_from, plan
 from reconciler.daemon.metrics import Metrics
@@ -39,7 +39,7 @@ from reconciler.settings import Settings, redact_url
 from reconciler.source.git import GitSource
 from reconciler.source.specs import spec_paths
 from reconciler.spec.load import SPEC_SUFFIXES, LoadResult, load_files
-from reconciler.spec.model import ChangeClass, FlinkApp
+from reconciler.spec.model import ChangeClass, FlinkApp, JobState
 from reconciler.spec.policy import SpecPolicy
 
 if TYPE_CHECKING:
@@ -233,7 +233,9 @@ class Reconciler:
                 self._recovered = {a: sps for a, sps in self._recovered.items() if self.shard.owns(a)}
         return self._recovered
 
-    def plan_input(self, rev: str, *, only: Collection[str] | None = None) -> PlanInput:
+    def plan_input(self, rev: str, *, only: Collection[str] | None = None, track_health: bool = False) -> PlanInput:
+        """What the planner needs at `rev`. `track_health` (a pass that may act): remember in each app's record
+        since when its job is not running healthy, which the recovery grace period counts from."""
         loaded = self.load(rev)
         records = self.journal.records()
         # The notes are a fallback: read them (a fetch from origin) only when some app of this revision
@@ -252,12 +254,15 @@ class Reconciler:
         refused = self.runtime_problems(loaded)
         if refused:
             desired = dataclasses.replace(desired, errors=desired.errors + refused)
+        live = observe(shard_view(self.runtime, self.shard), names)
+        if track_health:
+            records = self._track_health(records, live, previous)
         return PlanInput(
             revision=rev,
             desired=desired,
             previous=previous,
             previous_sources={n: r.source_file for n, r in records.apps.items() if r.source_file},
-            live=observe(shard_view(self.runtime, self.shard), names),
+            live=live,
             records=records,
             now=self.clock.now(),
             # warm standby only where the runtime can run two clusters of an app (the plan says which)
@@ -265,6 +270,28 @@ class Reconciler:
                                        standby_refused=self._standby_refused(desired, previous, names)),
             mode="live",
         )
+
+    def _track_health(self, records: Records, live: LiveState, previous: dict[str, FlinkApp]) -> Records:
+        """Write `unhealthy_since` where it changed (a job seen down for the first time, or running again); an app
+        mid-transition is skipped (its job is down on purpose) and so is one that cannot be observed."""
+        apps = dict(records.apps)
+        now = self.clock.now()
+        for name, rec in records.apps.items():
+            prev = previous.get(name)
+            la = live.get(name)
+            if prev is None or prev.spec.job.state is not JobState.RUNNING or la.cluster is ClusterPhase.UNKNOWN:
+                continue
+            if self.journal.inflight(name) is not None:
+                continue
+            healthy = la.job is JobPhase.RUNNING
+            if healthy == (rec.unhealthy_since is None):
+                continue
+            try:
+                self.journal.mark_health(name, healthy=healthy)
+            except ReconcilerError as e:  # only the grace period's start is lost: the next pass writes it
+                log.warning("%s: cannot record its health: %s", name, e)
+            apps[name] = rec.model_copy(update={"unhealthy_since": None if healthy else now})
+        return Records(apps=apps) if apps != records.apps else records
 
     def _standby_refused(self, desired: Desired, previous: dict[str, FlinkApp], names: set[str]) -> dict[str, str]:
         """Apps whose changed spec could not get a warm standby now (the namespace quota): planned cold. Asked
@@ -323,7 +350,7 @@ class Reconciler:
                 the_plan = self._check_saved(saved)
             else:
                 assert rev is not None
-                the_plan = self.plan(rev, only=only)
+                the_plan = plan(self.plan_input(rev, only=only, track_health=self.runtime is not None), only=only)
             if self.leader is not None and not self.leader():
                 log.warning("lost the lease while planning %s: nothing executed", the_plan.revision[:12])
                 return PassResult(the_plan.revision, the_plan, {}, resumed)
@@ -368,6 +395,11 @@ class Reconciler:
                 self.journal.mark_deleted(name)
             if self.metrics and res.outcome is Outcome.SUCCESS:
                 self.metrics.set_applied_revision(name, the_plan.revision)
+            if ap.action is Action.REPAIR:
+                if self.metrics:
+                    self.metrics.count_repair(ap.repair or "job", res.outcome)
+                level = logging.INFO if res.outcome is Outcome.SUCCESS else logging.WARNING
+                log.log(level, "%s: repair of %s: %s: %s", name, ap.repair or "job", res.outcome.value, res.message)
             if self.metrics:
                 for step, secs in res.step_timings:
                     self.metrics.observe_step(step, secs)

@@ -158,10 +158,11 @@ class LocalRuntime:
         try:
             ov = self._client(rec.rest_url, timeout=3.0).overview()
         except FlinkRestError as e:
-            return _with(info, message=f"JobManager REST not answering yet: {e.cause}")
+            return _with(info, message=f"JobManager REST not answering yet: {e.cause}",
+                         missing=tuple(p.name for p in dead))
         if dead:
             names = ", ".join(f"{p.name} ({self._exit_reason(rec, p)})" for p in dead)
-            return _with(info, message=f"TaskManager(s) not running: {names}")
+            return _with(info, message=f"TaskManager(s) not running: {names}", missing=tuple(p.name for p in dead))
         if not _is_ready(ov, rec.replicas, rec.slots):
             return _with(info, message=_ready_gap(ov, rec.replicas, rec.slots))
         return _with(info, phase=ClusterPhase.READY)

@@ -28,10 +28,15 @@ def pick_job(jobs: Iterable[JobSummary]) -> JobSummary | None:
 
 
 def observe_app(runtime: Runtime, info: ClusterInfo) -> LiveApp:
+    """A READY cluster's job, checkpoints and (when it is not running) Flink's last error. A cluster that is
+    not ready but whose JobManager answers (a TaskManager died) is asked too: its job is recovering, not gone,
+    and the planner must see it so (a JobManager that does not answer then is no observation error)."""
     name = info.app
     base = LiveApp(name=name, cluster=info.phase, cluster_message=info.message, deployed_spec_hash=info.spec_hash,
-                   standby_generation=info.standby_generation, retired_cluster=info.retired_cluster)
-    if info.phase is not ClusterPhase.READY:
+                   standby_generation=info.standby_generation, retired_cluster=info.retired_cluster,
+                   missing_processes=info.missing)
+    ready = info.phase is ClusterPhase.READY
+    if not ready and not (info.phase is ClusterPhase.STARTING and info.missing and info.rest_url):
         return base
     try:
         flink = runtime.flink(name)
@@ -40,6 +45,8 @@ def observe_app(runtime: Runtime, info: ClusterInfo) -> LiveApp:
             return base
         stats = flink.checkpoints(job.job_id)
     except ReconcilerError as e:
+        if not ready:
+            return base
         return base.model_copy(update={"cluster": ClusterPhase.UNKNOWN, "cluster_message": str(e)})
     ckpt = None
     if stats.latest_completed_path and stats.latest_completed_at:
@@ -48,6 +55,8 @@ def observe_app(runtime: Runtime, info: ClusterInfo) -> LiveApp:
     update: dict[str, object] = {"job_id": job.job_id, "flink_state": job.state, "job": phase,
                                  "latest_checkpoint": ckpt}
     state = job.state.upper()
+    if phase is not JobPhase.RUNNING and state not in _STOPPED:
+        update["job_exception"] = _last_exception(runtime, name, job.job_id)
     if state in _STOPPED:
         update["job"] = JobPhase.STOPPED
         update["stopped_job_id"] = job.job_id
@@ -59,6 +68,16 @@ def observe_app(runtime: Runtime, info: ClusterInfo) -> LiveApp:
             # CANCELED/FAILED/SUSPENDED jobs leave one behind (RETAIN_ON_CANCELLATION).
             update["latest_checkpoint"] = None
     return base.model_copy(update=update)
+
+
+def _last_exception(runtime: Runtime, app: str, job_id: str) -> str | None:
+    """Flink's newest exception of a job that is not running (what a crash loop reports); None when it has none
+    or cannot say (it is only words for a human)."""
+    try:
+        found = runtime.flink(app).exceptions(job_id)
+    except ReconcilerError:
+        return None
+    return found[0][:500] if found else None
 
 
 def with_stored_evidence(runtime: Runtime, app: LiveApp) -> LiveApp:

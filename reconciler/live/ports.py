@@ -97,6 +97,9 @@ class ClusterInfo:
     # promotion retired is still there. Seen with no execution in flight, they are leftovers to remove.
     standby_generation: str | None = None
     retired_cluster: bool = False
+    # Processes of the cluster that died while its JobManager is up (names like taskmanager-1): a runtime with
+    # nothing else to restart them (local) reports them, and EnsureCluster restarts them in place.
+    missing: tuple[str, ...] = ()
 
 
 class Runtime(Protocol):

@@ -315,7 +315,9 @@ class JobSpec(_Model):
 
     max_checkpoint_age: Duration | None = change(
         ChangeClass.IGNORE,
-        "savepoint mode, job not healthy: fall back to a retained checkpoint younger than this. Unset: never.",
+        "A cap on how old a checkpoint may be to restore from when no savepoint can be taken (the job died or "
+        "is not healthy): an older one blocks the app with instructions instead. Unset: no cap; the newest "
+        "checkpoint or savepoint of the job is used, as Flink's own high availability would.",
         default=None,
     )
 

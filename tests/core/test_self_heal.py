@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,7 @@ def live(*, cluster: ClusterPhase = ClusterPhase.READY, state: str | None = "RES
     )
 
 
-def rec(*, unhealthy_for: timedelta | None = None, repairs: tuple[timedelta, ...] = (), **kw: object) -> AppRecord:
+def rec(*, unhealthy_for: timedelta | None = None, repairs: tuple[timedelta, ...] = (), **kw: Any) -> AppRecord:
     return record(unhealthy_since=NOW - unhealthy_for if unhealthy_for is not None else None,
                   repairs=tuple(NOW - r for r in repairs), repairs_spec_hash=H if repairs else None,
                   job_ids=(JOB,), **kw)

@@ -200,4 +200,4 @@ def test_third_party_request_logs_are_quiet_unless_debug(name: str) -> None:
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
-        logging.getLogger(name.split(".")[0]).setLevel(logging.WARNING)
+        logging.getLogger(name.split(".", maxsplit=1)[0]).setLevel(logging.WARNING)
