@@ -346,8 +346,7 @@ class Journal:
                 return
             same = reason_key(r.get("last_message") or "") == reason_key(message)
             if r.get("last_outcome") == outcome.value and same and self._repeat(doc, action, outcome, message):
-                r["last_message"] = message  # the same answer again (an age grew): one history line, not one per pass
-                return
+                return  # the same answer again (an age grew): one history line, not one per pass
             keep_hash = r.get("last_outcome") == Outcome.FAILURE.value
             r.update(last_attempted_revision=revision,
                      last_attempted_spec_hash=r.get("last_attempted_spec_hash") if keep_hash else None,
@@ -740,6 +739,7 @@ class Journal:
         seen = datetime.fromisoformat(last.get("last_seen") or last["at"])
         if now - seen >= REPEAT_EVERY:
             last.update(last_seen=now.isoformat(), count=int(last.get("count") or 1) + 1, message=message)
+            doc["record"]["last_message"] = message
         return True
 
     def mark_health(self, app: str, *, healthy: bool) -> None:

@@ -23,7 +23,7 @@ from reconciler.apply.journal import Journal
 from reconciler.apply.migrate import migrate_sqlite_journal
 from reconciler.clock import Clock
 from reconciler.core.observed import AppRecord, ClusterPhase, JobPhase, LiveState, Outcome, Records, SavepointRecord
-from reconciler.core.plan import Action, AppPlan, Plan
+from reconciler.core.plan import Action, AppPlan, Plan, reason_key
 from reconciler.core.planner import ADOPTED_RUNNING, Desired, PlanInput, Policy, desired_from, plan
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.shards import Shard, ShardRecordStore, shard_of, shard_view
@@ -109,6 +109,7 @@ class Reconciler:
         self.runtime_name = runtime_name or (runtime.name if runtime is not None else "local")
         self.spec_policy = spec_policy  # what a spec may ask of the cluster (docs/security.md)
         self._problems: dict[tuple[str, str], tuple[SpecError, ...]] = {}
+        self._said: dict[str, tuple[tuple[str, str], str]] = {}  # app -> the blocked/error status said (_stable)
 
     # ------------------------------------------------------------------ ReconcileService
 
@@ -455,18 +456,30 @@ class Reconciler:
             if ap.app in skip:
                 continue
             if ap.action is Action.ERROR:
-                out.append(self._commit_status(rev, ap.app, Outcome.ERROR, ap.reason))
+                out.append(self._commit_status(rev, ap.app, Outcome.ERROR, self._stable(rev, ap.app, ap.reason)))
             elif ap.action is Action.BLOCKED:
                 rec = self.journal.record(ap.app)
-                if rec and rec.last_outcome is Outcome.FAILURE and rec.last_attempted_revision == rev:
+                if (rec and rec.last_outcome is Outcome.FAILURE and rec.last_attempted_revision == rev
+                        and ap.repair is None):
                     continue  # this commit already shows why it failed; "blocked" would only bury that
-                out.append(self._commit_status(rev, ap.app, Outcome.FAILURE, "blocked: " + ap.reason))
+                out.append(self._commit_status(rev, ap.app, Outcome.FAILURE,
+                                               self._stable(rev, ap.app, "blocked: " + ap.reason)))
             elif ap.action is Action.NOOP:
                 if incremental:
                     out.append(self._commit_status(rev, ap.app, Outcome.SUCCESS, ap.reason))
             else:
                 out.append(self._commit_status(rev, ap.app, Outcome.PENDING, _pending_text(ap)))
         self.reporter.report_many(out)  # one batch: one note push for the whole pass
+
+    def _stable(self, revision: str, app: str, text: str) -> str:
+        """The words first said for this answer: a reason said again with other numbers (an age that grew) is
+        the same status, which the reporter then does not post again (one note, not one per drift pass)."""
+        key = (revision, reason_key(text))
+        said = self._said.get(app)
+        if said is not None and said[0] == key:
+            return said[1]
+        self._said[app] = (key, text)
+        return text
 
     def _report_result(self, revision: str | None, res: AppResult) -> None:
         if revision is None or res.action in (Action.ERROR, Action.BLOCKED, Action.NOOP):

@@ -461,3 +461,49 @@ def test_an_adopted_running_job_is_recorded_as_applied_once(journal: Journal) ->
     assert (rec.last_applied_revision, rec.last_applied_spec, rec.last_outcome, rec.source_file) == (
         REV1, spec, Outcome.SUCCESS, "apps/orders.yaml")
     assert [t.action for t in journal.history("orders")] == ["adopt"]
+
+
+def test_an_app_blocked_for_ten_minutes_is_one_history_entry_not_one_per_pass(journal: Journal, clock: FakeClock) -> None:
+    """Issue 20: the drift pass meets the same blocked app every few seconds, its reason naming a growing age."""
+    writes = 0
+    put = journal.store.put
+
+    def counting_put(*a: object, **kw: object) -> str:
+        nonlocal writes
+        writes += 1
+        return put(*a, **kw)  # type: ignore[arg-type]
+
+    journal.store.put = counting_put  # type: ignore[method-assign]
+    start = clock.now()
+    for tick in range(120):  # ten minutes at a 5 s drift interval
+        journal.record_attempt("orders", "r1", Outcome.FAILURE, f"the latest checkpoint is {tick * 5}s old",
+                               action="blocked")
+        clock.advance(5)
+    (line,) = journal.history("orders")
+    assert (line.action, line.at, line.count) == ("blocked", start, 10)
+    assert line.last_seen is not None and (line.last_seen - start).total_seconds() == 540
+    assert line.message == "the latest checkpoint is 540s old"  # the words as last written down
+    rec = journal.record("orders")
+    assert rec is not None and rec.attempts == 1
+    assert writes <= 11, "a repeat writes the record at most once a minute"
+    journal.record_attempt("orders", "r1", Outcome.FAILURE, "job j is FAILED: no checkpoint", action="blocked")
+    assert len(journal.history("orders")) == 2, "a different reason is a new entry"
+
+
+def test_a_repair_counts_in_the_crash_loop_window_and_restarts_the_grace_period(journal: Journal,
+                                                                                clock: FakeClock) -> None:
+    repair = plan_for().model_copy(update={"action": Action.REPAIR, "repair": "taskmanager"})
+    journal.record_attempt("orders", "r0", Outcome.SUCCESS, "adopted", action="adopt")
+    journal.mark_health("orders", healthy=False)
+    rec = journal.record("orders")
+    assert rec is not None and rec.unhealthy_since == clock.now()
+    clock.advance(30)
+    journal.mark_health("orders", healthy=False)  # already known: the first sighting stays
+    assert journal.record("orders").unhealthy_since == clock.now() - timedelta(seconds=30)  # type: ignore[union-attr]
+    journal.begin("orders", "r1", repair)
+    journal.finish("orders", Outcome.FAILURE, "boom", applied_spec=None)
+    rec = journal.record("orders")
+    assert rec is not None
+    assert rec.repairs == (clock.now(),) and rec.repairs_spec_hash == spec_hash(repair.desired or {})
+    assert rec.unhealthy_since is None and rec.last_action == "repair"
+    journal.mark_health("orders", healthy=True)
