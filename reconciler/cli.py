@@ -510,7 +510,9 @@ def cmd_history(args: argparse.Namespace) -> int:
     print(f"transitions of {args.app}:")
     for t in transitions:
         outcome = t.outcome.value if t.outcome else ""
-        print(f"  {t.at:%Y-%m-%d %H:%M:%S}  {(t.revision or '-')[:12]:12}  {t.action:10} {outcome:8} {t.message}")
+        again = f" (seen {t.count} times, last {t.last_seen:%Y-%m-%d %H:%M:%S})" if t.last_seen else ""
+        rev = (t.revision or "-")[:12]
+        print(f"  {t.at:%Y-%m-%d %H:%M:%S}  {rev:12}  {t.action:10} {outcome:8} {t.message}{again}")
     print(f"savepoints of {args.app} (newest first):")
     for sp in sorted(savepoints, key=lambda s: s.taken_at, reverse=True):
         print(f"  {sp.taken_at:%Y-%m-%d %H:%M:%S}  {sp.kind:10} {(sp.revision or '-')[:12]:12}  {sp.path}")
