@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TextIO
 from reconciler import __version__
 from reconciler.clock import SystemClock
 from reconciler.core import render
+from reconciler.core.observed import AppRecord, JobPhase, LiveApp
 from reconciler.core.plan import Plan
 from reconciler.core.planner import Policy, offline_input, plan
 from reconciler.errors import ConfigError, ReconcilerError, SourceError, SpecError
@@ -450,13 +451,22 @@ def _status_rows(rec: Reconciler) -> list[dict[str, object]]:
             "applied": r.last_applied_revision if r else None,
             "attempted": r.last_attempted_revision if r else None,
             "job_id": la.job_id,
-            "state": la.flink_state or la.cluster.value,
+            "state": _state_text(la, r),
+            "unhealthy_since": r.unhealthy_since.isoformat() if r and r.unhealthy_since else None,
             "last_savepoint": sp.path if sp else None,
             "last_savepoint_at": sp.taken_at.isoformat() if sp else None,
             "outcome": r.last_outcome.value if r and r.last_outcome else None,
             "message": r.last_message if r else la.cluster_message,
         })
     return rows
+
+
+def _state_text(live: LiveApp, rec: AppRecord | None) -> str:
+    """The job's Flink state, or `recovering (...) since ...` while the reconciler waits for it (or repairs it)."""
+    state = live.flink_state or live.cluster.value
+    if rec is None or rec.unhealthy_since is None or live.job is JobPhase.RUNNING:
+        return state
+    return f"recovering ({state}) since {rec.unhealthy_since:%Y-%m-%d %H:%M:%S}"
 
 
 def _print_status(rec: Reconciler) -> None:

@@ -89,6 +89,15 @@ class Settings(BaseSettings):
     mass_delete_min_apps: int = Field(
         3, ge=0, description="The mass-deletion guard only fires when at least this many apps would go."
     )
+    repair_max_attempts: int = Field(
+        5, ge=1, le=1000, description="Self-healing: automatic repairs of one spec within repair_window before the "
+        "app is failed as a crash loop (no more restarts until Git changes it or restartNonce is bumped).",
+    )
+    repair_window: Duration = Field(600.0, description="Self-healing: the crash-loop window (also `10m`).")
+    repair_backoff: Duration = Field(
+        10.0, description="Self-healing: the wait before a second repair of the same spec; it doubles with each one "
+        "after, up to 5 minutes (also `10s`).",
+    )
     shutdown_deadline: Duration = Field(
         25.0, description="Seconds SIGTERM allows to finish or park the current step before exiting."
     )

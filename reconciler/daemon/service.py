@@ -14,7 +14,7 @@ import sys
 import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -624,7 +624,10 @@ def lease_identity(settings: Settings) -> tuple[str, str]:
 
 def make_policy(settings: Settings) -> Policy:
     return Policy(prune=settings.prune, mass_delete_fraction=settings.mass_delete_threshold,
-                  mass_delete_min=settings.mass_delete_min_apps)
+                  mass_delete_min=settings.mass_delete_min_apps, repair_max_attempts=settings.repair_max_attempts,
+                  repair_window=timedelta(seconds=settings.repair_window),
+                  repair_backoff=timedelta(seconds=settings.repair_backoff),
+                  repair_backoff_max=max(timedelta(minutes=5), timedelta(seconds=settings.repair_backoff)))
 
 
 def make_record_store(settings: Settings, runtime: Runtime | None,
