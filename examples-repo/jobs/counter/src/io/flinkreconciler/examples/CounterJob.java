@@ -33,7 +33,8 @@ import org.apache.flink.util.ParameterTool;
  * atomic rename). A restore from a savepoint continues every count; a start from empty state resets them.
  *
  * <p>Args: {@code --output-dir DIR} (absolute, or relative to the TaskManager's working directory),
- * {@code --keys N} (default 4), {@code --rate R} records per second over all keys (default 100).
+ * {@code --keys N} (default 4), {@code --rate R} records per second over all keys (default 100),
+ * {@code --fail-above N} throws once a key's count would pass N (a job that crashes on every start).
  * Checkpointing is configured by the cluster, not here.
  */
 public final class CounterJob {
@@ -45,6 +46,7 @@ public final class CounterJob {
         String outputDir = params.getRequired("output-dir");
         int keys = params.getInt("keys", 4);
         double rate = params.getDouble("rate", 100.0);
+        long failAbove = params.getLong("fail-above", Long.MAX_VALUE);
         if (keys < 1) {
             throw new IllegalArgumentException("--keys must be >= 1, got " + keys);
         }
@@ -61,7 +63,7 @@ public final class CounterJob {
                 .uid("counter-source")
                 .name("generator")
                 .keyBy(new ByKey())
-                .process(new CountPerKey())
+                .process(new CountPerKey(failAbove))
                 .uid("counter-count")
                 .name("count-per-key")
                 .sinkTo(new LatestCountSink(outputDir))
@@ -99,7 +101,12 @@ public final class CounterJob {
     /** The state under test: one Long per key. */
     static final class CountPerKey extends KeyedProcessFunction<String, String, Tuple2<String, Long>> {
         private static final long serialVersionUID = 1L;
+        private final long failAbove;
         private transient ValueState<Long> count;
+
+        CountPerKey(long failAbove) {
+            this.failAbove = failAbove;
+        }
 
         @Override
         public void open(OpenContext ctx) {
@@ -111,6 +118,9 @@ public final class CounterJob {
                 throws Exception {
             Long current = count.value();
             long next = (current == null ? 0L : current) + 1L;
+            if (next > failAbove) {  // a job that crashes on every start once its state is past a point
+                throw new IllegalStateException("count of key " + key + " passed --fail-above " + failAbove);
+            }
             count.update(next);
             out.collect(Tuple2.of(key, next));
         }
