@@ -95,6 +95,9 @@ class LiveApp(Frozen):
     # Not part of the fingerprint. With nothing in flight they are leftovers: the planner removes them.
     standby_generation: str | None = None
     retired_cluster: bool = False
+    # The runtime's own account of this app cannot be read (a corrupt cluster.json, a root ConfigMap's pointer
+    # edited by hand): what is wrong and what to do. The app is BLOCKED until a human repairs it.
+    unreadable: str | None = None
 
     @property
     def has_evidence(self) -> bool:
@@ -162,6 +165,9 @@ class AppRecord(Frozen):
 
 class Records(Frozen):
     apps: dict[str, AppRecord] = {}
+    # Apps whose record exists but cannot be used (unreadable, or written by a newer version): app -> what is
+    # wrong and what to do. Such an app is BLOCKED, never planned as if it had no record (a "first sight").
+    broken: dict[str, str] = {}
 
     def get(self, name: str) -> AppRecord | None:
         return self.apps.get(name)

@@ -18,8 +18,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from reconciler.apply.executor import AppResult, Executor, StepEvent
-from reconciler.apply.journal import Journal
+from reconciler.apply.journal import Journal, broken_reason
 from reconciler.apply.migrate import migrate_sqlite_journal
 from reconciler.clock import Clock
 from reconciler.core.observed import AppRecord, Outcome, Records, SavepointRecord
@@ -242,10 +244,19 @@ class Reconciler:
                 not (r := records.get(name)) or not r.savepoints for name in loaded.apps):
             records = with_recovered(records, self.recovered_lineage())
         previous: dict[str, FlinkApp] = {}
+        unusable: dict[str, str] = {}
         for name, rec in records.apps.items():
             if rec.last_applied_spec:
-                previous[name] = FlinkApp.model_validate(rec.last_applied_spec)
-        names = set(loaded.apps) | set(previous) | {e.app for e in loaded.errors if e.app}
+                try:
+                    previous[name] = FlinkApp.model_validate(rec.last_applied_spec)
+                except ValidationError as e:  # a record edited by hand: that app waits, the others go on
+                    first = e.errors()[0]
+                    unusable[name] = broken_reason(name, f"{self.journal.store.where}: the applied spec on record "
+                                                         f"of app {name!r} is not a valid FlinkApp ({e.error_count()} "
+                                                         f"error(s), first: {first['loc']}: {first['msg']})")
+        if unusable:
+            records = records.model_copy(update={"broken": {**records.broken, **unusable}})
+        names = set(loaded.apps) | set(previous) | {e.app for e in loaded.errors if e.app} | set(records.broken)
         if only is not None:
             names &= set(only)
         desired = desired_from(loaded)
@@ -327,8 +338,9 @@ class Reconciler:
             if self.leader is not None and not self.leader():
                 log.warning("lost the lease while planning %s: nothing executed", the_plan.revision[:12])
                 return PassResult(the_plan.revision, the_plan, {}, resumed)
+            broken = self.journal.broken()
             for ap in the_plan.apps:
-                if ap.source_file:
+                if ap.source_file and ap.app not in broken:
                     self.journal.set_source_file(ap.app, ap.source_file)
             # An app resumed in this pass has reported its outcome; a plan made before its transition
             # ended is refused by the executor and would only bury that report.
@@ -481,7 +493,7 @@ def with_recovered(records: Records, recovered: dict[str, tuple[SavepointRecord,
             apps[app] = AppRecord(name=app, savepoints=sps)
         elif not rec.savepoints:
             apps[app] = rec.model_copy(update={"savepoints": sps})
-    return Records(apps=apps) if apps != records.apps else records
+    return records.model_copy(update={"apps": apps}) if apps != records.apps else records
 
 
 def _pending_text(ap: AppPlan) -> str:

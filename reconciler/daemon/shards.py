@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from reconciler.clock import Clock
+from reconciler.errors import JournalError
 from reconciler.live.ports import ClusterInfo, Runtime
-from reconciler.live.records import Doc, RecordStore, StoredRecord
+from reconciler.live.records import Doc, Read, RecordStore, SetsAside
 
 if TYPE_CHECKING:
     from reconciler.daemon.service import Reconciler
@@ -62,11 +63,16 @@ class ShardRecordStore:
         self._shard = shard
         self.where = f"{store.where} ({shard})"
 
-    def list(self) -> dict[str, StoredRecord]:
+    def list(self) -> dict[str, Read]:
         return {app: rec for app, rec in self._store.list().items() if self._shard.owns(app)}
 
-    def get(self, app: str) -> StoredRecord | None:
+    def get(self, app: str) -> Read | None:
         return self._store.get(app) if self._shard.owns(app) else None
+
+    def set_aside(self, app: str, suffix: str) -> str:
+        if not isinstance(self._store, SetsAside):
+            raise JournalError(f"{self._store.where}: records there cannot be moved aside")
+        return self._store.set_aside(app, suffix)
 
     def put(self, app: str, doc: Doc, *, expected: str | None) -> str:
         return self._store.put(app, doc, expected=expected)

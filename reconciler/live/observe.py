@@ -30,7 +30,8 @@ def pick_job(jobs: Iterable[JobSummary]) -> JobSummary | None:
 def observe_app(runtime: Runtime, info: ClusterInfo) -> LiveApp:
     name = info.app
     base = LiveApp(name=name, cluster=info.phase, cluster_message=info.message, deployed_spec_hash=info.spec_hash,
-                   standby_generation=info.standby_generation, retired_cluster=info.retired_cluster)
+                   standby_generation=info.standby_generation, retired_cluster=info.retired_cluster,
+                   unreadable=info.unreadable)
     if info.phase is not ClusterPhase.READY:
         return base
     try:

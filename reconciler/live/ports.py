@@ -97,6 +97,8 @@ class ClusterInfo:
     # promotion retired is still there. Seen with no execution in flight, they are leftovers to remove.
     standby_generation: str | None = None
     retired_cluster: bool = False
+    # The runtime's own files/objects about this app cannot be read (phase UNKNOWN): what is wrong, what to do.
+    unreadable: str | None = None
 
 
 class Runtime(Protocol):
