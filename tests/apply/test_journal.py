@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -374,9 +374,11 @@ def test_a_record_of_a_newer_version_blocks_its_app_only_and_is_never_written(jo
     assert "written by a newer flink-reconciler (record version 99" in why and str(path.parent) in why
     assert "upgrade" in why and "record rebuild" not in why
     assert other.inflight("orders") is None and set(other.all_inflight()) == {"billing"}
-    for write in (lambda: other.record_attempt("orders", REV1, Outcome.FAILURE, "x", action="blocked"),
-                  lambda: other.note("orders", "x", "y"), lambda: other.begin("orders", REV1, plan_for()),
-                  lambda: other.forget("orders")):
+    writes: list[Callable[[], object]] = [
+        lambda: other.record_attempt("orders", REV1, Outcome.FAILURE, "x", action="blocked"),
+        lambda: other.note("orders", "x", "y"), lambda: other.begin("orders", REV1, plan_for()),
+        lambda: other.forget("orders")]
+    for write in writes:
         with pytest.raises(JournalError, match="not writing the record of app orders"):
             write()
     other.set_source_file("billing", "apps/billing.yaml")  # the other apps' records are written as usual
