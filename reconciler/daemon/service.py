@@ -27,7 +27,7 @@ from reconciler.clock import Clock
 from reconciler.core.observed import AppRecord, Outcome, Records, SavepointRecord
 from reconciler.core.plan import Action, AppPlan, Plan
 from reconciler.core.planner import ADOPTED_RUNNING, Desired, PlanInput, Policy, desired_from, plan
-from reconciler.daemon.metrics import Metrics
+from reconciler.daemon.metrics import APP_STATES, Metrics
 from reconciler.daemon.shards import Shard, ShardRecordStore, shard_of, shard_view
 from reconciler.errors import ConfigError, ObserveError, PlanStaleError, ReconcilerError, SpecError
 from reconciler.live.artifacts import resolve_jar
@@ -111,6 +111,7 @@ class Reconciler:
         self.runtime_name = runtime_name or (runtime.name if runtime is not None else "local")
         self.spec_policy = spec_policy  # what a spec may ask of the cluster (docs/security.md)
         self._problems: dict[tuple[str, str], tuple[SpecError, ...]] = {}
+        self._states: dict[str, tuple[str, str]] = {}  # app -> (state, why) after the last pass that planned it
 
     # ------------------------------------------------------------------ ReconcileService
 
@@ -350,7 +351,44 @@ class Reconciler:
                 if res.app not in resumed:
                     self._report_result(the_plan.revision, res)
             self._after_run(the_plan, results)
+            self._track_states(the_plan, {**resumed, **results}, full=only is None)
             return PassResult(the_plan.revision, the_plan, results, resumed)
+
+    def _track_states(self, the_plan: Plan, results: dict[str, AppResult], *, full: bool) -> None:
+        """Each app's state after this pass, for /metrics (`flink_reconciler_apps`) and the status page. A full
+        pass plans every app and replaces them all; an incremental one updates the apps it planned."""
+        states = {ap.app: app_state(ap, results.get(ap.app)) for ap in the_plan.apps}
+        self._states = states if full else {**self._states, **states}
+        if self.metrics:
+            counts = {s: 0 for s in APP_STATES}
+            for state, _ in self._states.values():
+                counts[state] += 1
+            self.metrics.set_app_states(counts, owner=str(self.shard or ""))
+
+    def status_text(self) -> str:
+        """The status page's app lines: how many apps are in which state, and why each one that is not ok."""
+        counts = {s: 0 for s in APP_STATES}
+        for state, _ in self._states.values():
+            counts[state] += 1
+        head = "apps" + (f" of {self.shard}" if self.shard else "")
+        lines = [f"{head}: {len(self._states)} after the last pass ("
+                 + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")"]
+        unreadable = sorted(a for a in self.journal.broken() if a in self._states)
+        if unreadable:
+            lines.append(f"records that cannot be read: {len(unreadable)} ({', '.join(unreadable[:20])}"
+                         + (" ..." if len(unreadable) > 20 else "") + ")")
+        shown = [(a, st, why) for a, (st, why) in sorted(self._states.items()) if st != "ok"]
+        for app, state, why in shown[:50]:
+            lines.append(f"  {state:8} {app}: {why[:400]}")
+        if len(shown) > 50:
+            lines.append(f"  ... and {len(shown) - 50} more")
+        return "\n".join(lines) + "\n"
+
+    def drop_states(self) -> None:
+        """This reconciler no longer owns its apps (a shard lost): they are no longer counted here."""
+        self._states = {}
+        if self.metrics:
+            self.metrics.set_app_states({}, owner=str(self.shard or ""))
 
     def _check_saved(self, saved: Plan) -> Plan:
         if saved.mode != "live":
@@ -494,6 +532,17 @@ def with_recovered(records: Records, recovered: dict[str, tuple[SavepointRecord,
         elif not rec.savepoints:
             apps[app] = rec.model_copy(update={"savepoints": sps})
     return records.model_copy(update={"apps": apps}) if apps != records.apps else records
+
+
+def app_state(ap: AppPlan, res: AppResult | None) -> tuple[str, str]:
+    """One of APP_STATES, and why: what the plan said, or how its execution ended."""
+    if ap.action is Action.BLOCKED:
+        return "blocked", ap.reason
+    if ap.action is Action.ERROR or (res is not None and res.outcome is Outcome.ERROR):
+        return "error", res.message if res is not None else ap.reason
+    if res is not None and res.outcome is Outcome.FAILURE:
+        return "failure", res.message
+    return "ok", res.message if res is not None else ap.reason
 
 
 def _pending_text(ap: AppPlan) -> str:

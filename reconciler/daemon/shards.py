@@ -378,6 +378,7 @@ class ShardedService:
                 if i not in held or self._recs[i][0] != self.leases.term(i):  # lost, maybe taken again since
                     log.info("shard %d is no longer ours (or was lost and taken again): dropping what this "
                              "replica knew of it", i)
+                    self._recs[i][1].drop_states()
                     del self._recs[i]
             if not held:
                 log.debug("standby: no shard held (%s); not reconciling (%s)", self.leases.describe(), reason)
@@ -401,6 +402,10 @@ class ShardedService:
                         failed.append((i, e))
             if failed:
                 raise failed[0][1]
+
+    def status_text(self) -> str:
+        """The app lines of every shard this replica holds."""
+        return "".join(rec.status_text() for _, (_, rec) in sorted(self._recs.items())) or "apps: no shard held\n"
 
     def readiness(self) -> tuple[bool, str]:
         recs = {i: r for i, (_, r) in sorted(self._recs.items()) if self.leases.holds(i)}
