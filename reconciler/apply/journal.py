@@ -771,9 +771,12 @@ def _check_scratch(scratch: dict[str, str | None]) -> None:
         raise ValueError(f"unknown scratch keys {sorted(unknown)}; known: {sorted(SCRATCH_KEYS)}")
 
 
+NEWER: Final = "written by a newer flink-reconciler"  # in the reason of a record whose version we do not know
+
+
 def broken_reason(app: str, problem: str) -> str:
     """What is wrong with an app's record and what to do about it, for the plan, `status` and `record show`."""
-    if "written by a newer flink-reconciler" in problem:
+    if NEWER in problem:
         return (f"{problem}. The app waits, its record untouched, until a flink-reconciler that knows this "
                 "version runs (or this one is upgraded)")
     return (f"{problem}. Nothing is done to the app until it is repaired: run `flink-reconciler record rebuild "
