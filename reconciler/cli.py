@@ -146,6 +146,31 @@ def _parser() -> argparse.ArgumentParser:
     _runtime_flags(sv)
     sv.set_defaults(func=cmd_savepoint)
 
+    rc = sub.add_parser("record", help="show or repair an app's record (what the reconciler remembers of it)",
+                        description="An app whose record cannot be read (a truncated file, a ConfigMap edited by "
+                                    "hand) is blocked until it is repaired; every other app goes on. `record show` "
+                                    "prints the record or what is wrong with it; `record rebuild` moves it aside "
+                                    "(kept, never deleted) so the next pass adopts the app from what its runtime and "
+                                    "the lineage in git notes show: from a savepoint or checkpoint, or blocked, "
+                                    "never from empty state.", epilog=_SETTINGS_EPILOG)
+    rcs = rc.add_subparsers(metavar="ACTION")
+    rcshow = rcs.add_parser("show", help="print the app's record as JSON, or what is wrong with it (exit 1)",
+                            epilog=_SETTINGS_EPILOG)
+    rcshow.add_argument("app", help="the app's metadata.name")
+    _runtime_flags(rcshow)
+    rcshow.set_defaults(func=cmd_record_show)
+    rcre = rcs.add_parser("rebuild", help="move a broken record aside and show what the next pass does instead",
+                          epilog=_SETTINGS_EPILOG)
+    rcre.add_argument("app", help="the app's metadata.name")
+    rcre.add_argument("--force", action="store_true",
+                      help="move a readable record aside too (its history goes with it; default: refuse)")
+    rcre.add_argument("--repo", help="Git repository, to show the next pass's plan here "
+                                     "(default: FLINK_RECONCILER_REPO_URL)")
+    rcre.add_argument("--path", default=None, help=_PATH_HELP)
+    _runtime_flags(rcre)
+    rcre.set_defaults(func=cmd_record_rebuild)
+    rc.set_defaults(func=lambda _args: _help(rc))
+
     rn = sub.add_parser("run", help="the daemon: poll Git (or take webhooks), reconcile, report on commits",
                         epilog=_SETTINGS_EPILOG)
     rn.add_argument("--repo", dest="repo", help="Git repository: a URL or path (default: FLINK_RECONCILER_REPO_URL)")
@@ -188,6 +213,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="the Markdown field reference instead (default: the JSON Schema)")
     s.set_defaults(func=cmd_schema)
     return p
+
+
+def _help(p: argparse.ArgumentParser) -> int:
+    p.print_help()
+    return EXIT_ERROR
 
 
 _PATH_HELP = "sub-directory of the repository holding the specs (default: the repository root)"
@@ -440,12 +470,18 @@ def _status_rows(rec: Reconciler) -> list[dict[str, object]]:
     from reconciler.live.observe import observe
 
     records = rec.journal.records()
-    live = observe(rec.runtime, records.apps)
+    live = observe(rec.runtime, set(records.apps) | set(records.broken))
     rows: list[dict[str, object]] = []
-    for name in sorted(set(records.apps) | set(live.apps)):
+    for name in sorted(set(records.apps) | set(live.apps) | set(records.broken)):
         r = records.get(name)
         la = live.get(name)
         sp = r.latest_savepoint if r else None
+        why = records.broken.get(name) or la.unreadable
+        if why is not None:  # its record or its runtime files cannot be read: blocked until repaired
+            rows.append({"app": name, "applied": None, "attempted": None, "job_id": la.job_id,
+                         "state": la.flink_state or la.cluster.value, "last_savepoint": None, "last_savepoint_at": None,
+                         "outcome": "blocked", "message": why})
+            continue
         rows.append({
             "app": name,
             "applied": r.last_applied_revision if r else None,
@@ -479,6 +515,9 @@ def _print_status(rec: Reconciler) -> None:
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    for r in rows:
+        if r["outcome"] == "blocked" and r["applied"] is None and r["message"]:
+            print(f"\n{r['app']}: {r['message']}")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -495,6 +534,81 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(_status_rows(rec), indent=2))
     else:
         _print_status(rec)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------- record
+
+
+def cmd_record_show(args: argparse.Namespace) -> int:
+    from reconciler.live.records import BrokenRecord
+
+    rec = _reconciler(_settings(args, repo_url=os.environ.get("FLINK_RECONCILER_REPO_URL") or "."), report=False)
+    got = rec.journal.store.get(args.app)
+    if got is None:
+        print(f"error: there is no record of app {args.app!r} in {rec.journal.store.where}", file=sys.stderr)
+        return EXIT_ERROR
+    if isinstance(got, BrokenRecord):
+        from reconciler.apply.journal import broken_reason
+
+        print(f"error: {broken_reason(args.app, got.reason)}", file=sys.stderr)
+        return EXIT_ERROR
+    print(json.dumps(got.doc, indent=2, sort_keys=True))
+    why = rec.journal.broken().get(args.app)
+    if why is not None:
+        print(f"error: {why}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def cmd_record_rebuild(args: argparse.Namespace) -> int:
+    from reconciler.apply.journal import NEWER
+    from reconciler.live.records import SetsAside
+
+    repo = args.repo or os.environ.get("FLINK_RECONCILER_REPO_URL")
+    settings = _settings(args, **({} if args.repo else {"repo_url": repo or "."}))
+    rec = _reconciler(settings, report=False)
+    store, app = rec.journal.store, args.app
+    if not isinstance(store, SetsAside):
+        raise ConfigError(f"{store.where}: records there cannot be moved aside")
+    with rec.journal.lock_exclusive():
+        if store.get(app) is None:
+            print(f"error: there is no record of app {app!r} in {store.where}: nothing to rebuild (the next pass "
+                  "adopts the app from what its runtime and the lineage in git notes show)", file=sys.stderr)
+            return EXIT_ERROR
+        why = rec.journal.broken().get(app)
+        if why is None and not args.force:
+            print(f"error: the record of app {app!r} is readable (`flink-reconciler record show {app}`); rebuilding "
+                  "it would set its history aside with it. Pass --force to do it anyway", file=sys.stderr)
+            return EXIT_ERROR
+        if why is not None and NEWER in why and not args.force:
+            print(f"error: {why}. Rebuilding would set aside what that newer version knows: upgrade this "
+                  "flink-reconciler instead (or pass --force)", file=sys.stderr)
+            return EXIT_ERROR
+        inflight = rec.journal.inflight(app) if why is None else None
+        aside = store.set_aside(app, time.strftime("broken-%Y%m%d-%H%M%S", time.gmtime()))
+    print(f"moved the record of app {app} aside, to {aside} (delete it once the app runs again)")
+    if inflight is not None:
+        print(f"note: it had an unfinished {inflight.plan.action.value} of revision {inflight.revision[:12]} in "
+              "flight; the next pass adopts the app from what the runtime shows instead")
+    rec.journal.refresh()
+    generic = ("the next pass adopts the app from what its runtime and the lineage in git notes show (from a "
+               "savepoint or checkpoint, or blocked; never from empty state)")
+    if not repo:
+        print(f"{generic}; give --repo to see its plan here")
+        return EXIT_OK
+    try:
+        rec.source.fetch()
+        planned = [a for a in rec.plan(rec.source.head(), only={app}).apps if a.app == app]
+    except ReconcilerError as e:
+        print(f"{generic}; its plan could not be computed here: {e}")
+        return EXIT_OK
+    if not planned:
+        print("next pass: nothing: Git has no spec of this app and its runtime shows nothing of it")
+    for ap in planned:
+        print(f"next pass: {ap.action.value}: {ap.reason}")
+        for risk in ap.risks:
+            print(f"  risk: {risk}")
     return EXIT_OK
 
 

@@ -264,8 +264,10 @@ class Executor:
         outcome = Outcome.SUCCESS
         if app_plan.action is not Action.NOOP:
             outcome = Outcome.ERROR if app_plan.action is Action.ERROR else Outcome.FAILURE
-        # An error of a file that names no app (its plan entry is the file's path) has no record to keep.
-        if app_plan.action is not Action.NOOP and is_record_name(app_plan.app):
+        # An error of a file that names no app (its plan entry is the file's path) has no record to keep; an app
+        # whose record cannot be read keeps it as it is (never written over: it is what a human repairs).
+        if (app_plan.action is not Action.NOOP and is_record_name(app_plan.app)
+                and app_plan.app not in self.journal.broken()):
             self.journal.record_attempt(app_plan.app, revision, outcome, app_plan.reason,
                                         action=app_plan.action.value, source_file=app_plan.source_file)
         return AppResult(app=app_plan.app, action=app_plan.action, outcome=outcome, failed_step=None,

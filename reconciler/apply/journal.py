@@ -40,7 +40,7 @@ from reconciler.core.observed import AppRecord, Outcome, Records, SavepointRecor
 from reconciler.core.plan import Action, AppPlan, reason_key, spec_hash
 from reconciler.core.rollback import protected_rollback_points
 from reconciler.errors import JournalError, ReconcilerError, RecordConflictError
-from reconciler.live.records import Doc, FileRecordStore, RecordStore, StoredRecord
+from reconciler.live.records import BrokenRecord, Doc, FileRecordStore, Read, RecordStore, StoredRecord
 
 log = logging.getLogger(__name__)
 
@@ -167,16 +167,45 @@ class Journal:
         self.store: RecordStore = store if store is not None else FileRecordStore(self.path.parent / "records")
         self._mutex = threading.RLock()
         self._cache: dict[str, StoredRecord] | None = None
+        self._broken: dict[str, str] = {}  # app -> why its record cannot be used (never written over)
+        self._checked: dict[str, str] = {}  # app -> version of its record that was read through without error
 
     # ---- plumbing -------------------------------------------------------------------------------
 
     def refresh(self) -> None:
         """Re-read every record from the store (one LIST per namespace on Kubernetes)."""
         with self._mutex:
-            loaded = self.store.list()
-            for app, rec in loaded.items():
-                _check_version(rec.doc, f"{self.store.where}: record of app {app!r}")
-            self._cache = loaded
+            self._cache, self._broken = self._readable(self.store.list())
+
+    def _readable(self, loaded: dict[str, Read]) -> tuple[dict[str, StoredRecord], dict[str, str]]:
+        """Split what the store listed into usable records and broken ones (app -> what is wrong and what to
+        do). A record is read through once per version: a bad field makes its app broken at refresh, not a
+        pass fail later when one of its parts is read."""
+        good: dict[str, StoredRecord] = {}
+        broken: dict[str, str] = {}
+        for app, rec in loaded.items():
+            if isinstance(rec, BrokenRecord):
+                broken[app] = broken_reason(app, rec.reason)
+                continue
+            if self._checked.get(app) != rec.version:
+                try:
+                    _check_version(rec.doc, f"{self.store.where}: record of app {app!r}")
+                    if not rec.doc.get("forgotten"):
+                        self._app_record(app, rec.doc)
+                    if rec.doc.get("inflight"):
+                        self._inflight(app, rec.doc["inflight"])
+                except JournalError as e:
+                    broken[app] = broken_reason(app, str(e))
+                    continue
+            good[app] = rec
+        self._checked = {app: rec.version for app, rec in good.items()}
+        return good, broken
+
+    def broken(self) -> dict[str, str]:
+        """Apps whose record cannot be used, as of the last read: app -> what is wrong and what to do."""
+        with self._mutex:
+            self._records()
+            return dict(self._broken)
 
     def _records(self) -> dict[str, StoredRecord]:
         if self._cache is None:
@@ -196,6 +225,8 @@ class Journal:
         (someone touched only metadata, e.g. a label); otherwise it raises: another writer acted."""
         with self._mutex:
             cache = self._records()
+            if app in self._broken:
+                raise JournalError(f"not writing the record of app {app}: {self._broken[app]}")
             for attempt in (1, 2):
                 current = cache.get(app)
                 if current is None and not create:
@@ -209,6 +240,10 @@ class Journal:
                     version = self.store.put(app, doc, expected=current.version if current else None)
                 except RecordConflictError:
                     fresh = self.store.get(app)
+                    if isinstance(fresh, BrokenRecord):  # it broke meanwhile: it is that app's problem now
+                        cache.pop(app, None)
+                        self._broken[app] = broken_reason(app, fresh.reason)
+                        raise
                     if attempt == 1 and fresh is not None and current is not None and fresh.doc == current.doc:
                         cache[app] = fresh
                         continue
@@ -273,7 +308,7 @@ class Journal:
         with self._mutex:
             self.refresh()
             return Records(apps={app: self._app_record(app, r.doc) for app, r in sorted(self._records().items())
-                                 if not r.doc.get("forgotten")})
+                                 if not r.doc.get("forgotten")}, broken=dict(self._broken))
 
     def source_files(self) -> frozenset[str]:
         """The spec files the apps on record came from, as last read (no round trip to the store)."""
@@ -796,6 +831,19 @@ def _check_scratch(scratch: dict[str, str | None]) -> None:
     unknown = set(scratch) - SCRATCH_KEYS
     if unknown:
         raise ValueError(f"unknown scratch keys {sorted(unknown)}; known: {sorted(SCRATCH_KEYS)}")
+
+
+NEWER: Final = "written by a newer flink-reconciler"  # in the reason of a record whose version we do not know
+
+
+def broken_reason(app: str, problem: str) -> str:
+    """What is wrong with an app's record and what to do about it, for the plan, `status` and `record show`."""
+    if NEWER in problem:
+        return (f"{problem}. The app waits, its record untouched, until a flink-reconciler that knows this "
+                "version runs (or this one is upgraded)")
+    return (f"{problem}. Nothing is done to the app until it is repaired: run `flink-reconciler record rebuild "
+            f"{app}` to move the record aside (kept) and adopt the app from what its runtime and the lineage "
+            "in git notes show (from a savepoint or checkpoint, or blocked; never from empty state)")
 
 
 def _check_version(doc: Doc, where: str) -> None:

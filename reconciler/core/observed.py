@@ -100,6 +100,9 @@ class LiveApp(Frozen):
     # Only runtimes with nothing else to restart a process (local) report them; Kubernetes has its kubelet.
     missing_processes: tuple[str, ...] = ()
     job_exception: str | None = None  # the root exception Flink reports for a job that is not running
+    # The runtime's own account of this app cannot be read (a corrupt cluster.json, a root ConfigMap's pointer
+    # edited by hand): what is wrong and what to do. The app is BLOCKED until a human repairs it.
+    unreadable: str | None = None
 
     @property
     def has_evidence(self) -> bool:
@@ -176,6 +179,9 @@ class AppRecord(Frozen):
 
 class Records(Frozen):
     apps: dict[str, AppRecord] = {}
+    # Apps whose record exists but cannot be used (unreadable, or written by a newer version): app -> what is
+    # wrong and what to do. Such an app is BLOCKED, never planned as if it had no record (a "first sight").
+    broken: dict[str, str] = {}
 
     def get(self, name: str) -> AppRecord | None:
         return self.apps.get(name)

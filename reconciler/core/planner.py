@@ -131,13 +131,14 @@ def plan(inp: PlanInput, only: Collection[str] | None = None) -> Plan:
 
     The mass-deletion guard always counts the whole repository, whatever `only` says, orphans included."""
     orphans = _orphans(inp)
-    names = set(inp.desired.apps) | set(inp.previous) | _erroring_apps(inp.desired) | orphans
+    names = set(inp.desired.apps) | set(inp.previous) | _erroring_apps(inp.desired) | orphans | set(inp.records.broken)
     deletions = [n for n in set(inp.previous) - set(inp.desired.apps) if not _source_broken(n, inp)]
     deployed = set(inp.previous) | {n for n, a in inp.live.apps.items() if a.cluster is not ClusterPhase.ABSENT}
     guard = (_unreadable_guard(len(deletions) + len(orphans), inp)
              or _mass_delete_guard(len(deletions) + len(orphans), len(deployed), inp))
     selected = sorted(names if only is None else names & set(only))
-    apps = tuple(_plan_orphan(name, inp, guard) if name in orphans else _plan_app(name, inp, guard)
+    apps = tuple(_plan_unreadable(name, inp)
+                 or (_plan_orphan(name, inp, guard) if name in orphans else _plan_app(name, inp, guard))
                  for name in selected)
     return Plan(
         revision=inp.revision,
@@ -176,7 +177,7 @@ def _unreadable_guard(n_deletions: int, inp: PlanInput) -> str | None:
 def _orphans(inp: PlanInput) -> set[str]:
     """Clusters the runtime manages with no spec in Git and no record: apps deleted from Git while the
     records were lost. Nothing else says they existed, so they are planned from the live view."""
-    known = set(inp.desired.apps) | set(inp.previous) | _erroring_apps(inp.desired)
+    known = set(inp.desired.apps) | set(inp.previous) | _erroring_apps(inp.desired) | set(inp.records.broken)
     return {n for n, a in inp.live.apps.items()
             if a.cluster is not ClusterPhase.ABSENT and n not in known and not _source_broken(n, inp)}
 
@@ -194,6 +195,19 @@ def _mass_delete_guard(n_deletions: int, known: int, inp: PlanInput) -> str | No
                 "`flink-reconciler apply --prune --allow-mass-delete` once, or raise the daemon's "
                 "mass_delete_threshold (FLINK_RECONCILER_MASS_DELETE_THRESHOLD).")
     return None
+
+
+def _plan_unreadable(name: str, inp: PlanInput) -> AppPlan | None:
+    """An app whose record, or whose runtime's own account of it, exists but cannot be read waits, BLOCKED with
+    what is wrong and what to do. Planned without them it would look like a first sight: a create from empty
+    state, an orphan to delete. Every other app is planned as usual."""
+    why = inp.records.broken.get(name)
+    if why is None:
+        live = inp.live.apps.get(name)
+        why = live.unreadable if live is not None else None
+    if why is None:
+        return None
+    return AppPlan(app=name, action=Action.BLOCKED, source_file=_src(name, inp), reason=why)
 
 
 def _plan_app(name: str, inp: PlanInput, guard: str | None) -> AppPlan:

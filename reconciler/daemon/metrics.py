@@ -7,6 +7,7 @@ the raw metric objects are attributes for anything more specific.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -25,6 +26,7 @@ FETCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 6
 
 STEP_TYPES = ("savepoint", "stop", "start", "downtime")
 SYNC_TRIGGERS = ("startup", "poll", "drift", "webhook")
+APP_STATES = ("ok", "blocked", "error", "failure")  # flink_reconciler_apps{state=...}
 
 
 class Metrics:
@@ -110,6 +112,15 @@ class Metrics:
             ["trigger"],
             registry=r,
         )
+        self.apps = Gauge(
+            f"{PREFIX}_apps",
+            "Apps by their state after the last pass: ok (in sync or being changed), blocked (waits for a human: "
+            "e.g. its record cannot be read), error (invalid spec), failure (its last change failed).",
+            ["state"],
+            registry=r,
+        )
+        self._app_states: dict[str, dict[str, int]] = {}  # who counted (a shard, or "") -> state -> apps
+        self._app_states_lock = threading.Lock()
         self.last_sync_success = Gauge(
             f"{PREFIX}_last_successful_sync_timestamp_seconds",
             "Unix time of the last sync pass that completed without a pass-level error.",
@@ -129,6 +140,15 @@ class Metrics:
 
     def count_repair(self, kind: str, outcome: Outcome | str) -> None:
         self.repairs.labels(kind, str(outcome)).inc()
+    def set_app_states(self, counts: dict[str, int], *, owner: str = "") -> None:
+        """The apps of one reconciler (a shard's, or the only one) by state; the gauge is the sum over owners."""
+        with self._app_states_lock:
+            if counts:
+                self._app_states[owner] = dict(counts)
+            else:
+                self._app_states.pop(owner, None)
+            for state in APP_STATES:
+                self.apps.labels(state).set(sum(c.get(state, 0) for c in self._app_states.values()))
 
     def set_applied_revision(self, app: str, revision: str) -> None:
         self.last_applied_revision.labels(app).info({"revision": revision})

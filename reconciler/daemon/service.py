@@ -18,14 +18,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from reconciler.apply.executor import AppResult, Executor, StepEvent
-from reconciler.apply.journal import Journal
+from reconciler.apply.journal import Journal, broken_reason
 from reconciler.apply.migrate import migrate_sqlite_journal
 from reconciler.clock import Clock
 from reconciler.core.observed import AppRecord, ClusterPhase, JobPhase, LiveState, Outcome, Records, SavepointRecord
 from reconciler.core.plan import Action, AppPlan, Plan, reason_key
 from reconciler.core.planner import ADOPTED_RUNNING, Desired, PlanInput, Policy, desired_from, plan
-from reconciler.daemon.metrics import Metrics
+from reconciler.daemon.metrics import APP_STATES, Metrics
 from reconciler.daemon.shards import Shard, ShardRecordStore, shard_of, shard_view
 from reconciler.errors import ConfigError, ObserveError, PlanStaleError, ReconcilerError, SpecError
 from reconciler.live.artifacts import resolve_jar
@@ -110,6 +112,7 @@ class Reconciler:
         self.spec_policy = spec_policy  # what a spec may ask of the cluster (docs/security.md)
         self._problems: dict[tuple[str, str], tuple[SpecError, ...]] = {}
         self._said: dict[str, tuple[tuple[str, str], str]] = {}  # app -> the blocked/error status said (_stable)
+        self._states: dict[str, tuple[str, str]] = {}  # app -> (state, why) after the last pass that planned it
 
     # ------------------------------------------------------------------ ReconcileService
 
@@ -245,10 +248,19 @@ class Reconciler:
                 not (r := records.get(name)) or not r.savepoints for name in loaded.apps):
             records = with_recovered(records, self.recovered_lineage())
         previous: dict[str, FlinkApp] = {}
+        unusable: dict[str, str] = {}
         for name, rec in records.apps.items():
             if rec.last_applied_spec:
-                previous[name] = FlinkApp.model_validate(rec.last_applied_spec)
-        names = set(loaded.apps) | set(previous) | {e.app for e in loaded.errors if e.app}
+                try:
+                    previous[name] = FlinkApp.model_validate(rec.last_applied_spec)
+                except ValidationError as e:  # a record edited by hand: that app waits, the others go on
+                    first = e.errors()[0]
+                    unusable[name] = broken_reason(name, f"{self.journal.store.where}: the applied spec on record "
+                                                         f"of app {name!r} is not a valid FlinkApp ({e.error_count()} "
+                                                         f"error(s), first: {first['loc']}: {first['msg']})")
+        if unusable:
+            records = records.model_copy(update={"broken": {**records.broken, **unusable}})
+        names = set(loaded.apps) | set(previous) | {e.app for e in loaded.errors if e.app} | set(records.broken)
         if only is not None:
             names &= set(only)
         desired = desired_from(loaded)
@@ -355,8 +367,9 @@ class Reconciler:
             if self.leader is not None and not self.leader():
                 log.warning("lost the lease while planning %s: nothing executed", the_plan.revision[:12])
                 return PassResult(the_plan.revision, the_plan, {}, resumed)
+            broken = self.journal.broken()
             for ap in the_plan.apps:
-                if ap.source_file:
+                if ap.source_file and ap.app not in broken:
                     self.journal.set_source_file(ap.app, ap.source_file)
             # An app resumed in this pass has reported its outcome; a plan made before its transition
             # ended is refused by the executor and would only bury that report.
@@ -366,7 +379,44 @@ class Reconciler:
                 if res.app not in resumed:
                     self._report_result(the_plan.revision, res)
             self._after_run(the_plan, results)
+            self._track_states(the_plan, {**resumed, **results}, full=only is None)
             return PassResult(the_plan.revision, the_plan, results, resumed)
+
+    def _track_states(self, the_plan: Plan, results: dict[str, AppResult], *, full: bool) -> None:
+        """Each app's state after this pass, for /metrics (`flink_reconciler_apps`) and the status page. A full
+        pass plans every app and replaces them all; an incremental one updates the apps it planned."""
+        states = {ap.app: app_state(ap, results.get(ap.app)) for ap in the_plan.apps}
+        self._states = states if full else {**self._states, **states}
+        if self.metrics:
+            counts = {s: 0 for s in APP_STATES}
+            for state, _ in self._states.values():
+                counts[state] += 1
+            self.metrics.set_app_states(counts, owner=str(self.shard or ""))
+
+    def status_text(self) -> str:
+        """The status page's app lines: how many apps are in which state, and why each one that is not ok."""
+        counts = {s: 0 for s in APP_STATES}
+        for state, _ in self._states.values():
+            counts[state] += 1
+        head = "apps" + (f" of {self.shard}" if self.shard else "")
+        lines = [f"{head}: {len(self._states)} after the last pass ("
+                 + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")"]
+        unreadable = sorted(a for a in self.journal.broken() if a in self._states)
+        if unreadable:
+            lines.append(f"records that cannot be read: {len(unreadable)} ({', '.join(unreadable[:20])}"
+                         + (" ..." if len(unreadable) > 20 else "") + ")")
+        shown = [(a, st, why) for a, (st, why) in sorted(self._states.items()) if st != "ok"]
+        for app, state, why in shown[:50]:
+            lines.append(f"  {state:8} {app}: {why[:400]}")
+        if len(shown) > 50:
+            lines.append(f"  ... and {len(shown) - 50} more")
+        return "\n".join(lines) + "\n"
+
+    def drop_states(self) -> None:
+        """This reconciler no longer owns its apps (a shard lost): they are no longer counted here."""
+        self._states = {}
+        if self.metrics:
+            self.metrics.set_app_states({}, owner=str(self.shard or ""))
 
     def _check_saved(self, saved: Plan) -> Plan:
         if saved.mode != "live":
@@ -526,7 +576,18 @@ def with_recovered(records: Records, recovered: dict[str, tuple[SavepointRecord,
             apps[app] = AppRecord(name=app, savepoints=sps)
         elif not rec.savepoints:
             apps[app] = rec.model_copy(update={"savepoints": sps})
-    return Records(apps=apps) if apps != records.apps else records
+    return records.model_copy(update={"apps": apps}) if apps != records.apps else records
+
+
+def app_state(ap: AppPlan, res: AppResult | None) -> tuple[str, str]:
+    """One of APP_STATES, and why: what the plan said, or how its execution ended."""
+    if ap.action is Action.BLOCKED:
+        return "blocked", ap.reason
+    if ap.action is Action.ERROR or (res is not None and res.outcome is Outcome.ERROR):
+        return "error", res.message if res is not None else ap.reason
+    if res is not None and res.outcome is Outcome.FAILURE:
+        return "failure", res.message
+    return "ok", res.message if res is not None else ap.reason
 
 
 def _pending_text(ap: AppPlan) -> str:

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from reconciler.clock import Clock
+from reconciler.errors import JournalError
 from reconciler.live.ports import ClusterInfo, Runtime
-from reconciler.live.records import Doc, RecordStore, StoredRecord
+from reconciler.live.records import Doc, Read, RecordStore, SetsAside
 
 if TYPE_CHECKING:
     from reconciler.daemon.service import Reconciler
@@ -62,11 +63,16 @@ class ShardRecordStore:
         self._shard = shard
         self.where = f"{store.where} ({shard})"
 
-    def list(self) -> dict[str, StoredRecord]:
+    def list(self) -> dict[str, Read]:
         return {app: rec for app, rec in self._store.list().items() if self._shard.owns(app)}
 
-    def get(self, app: str) -> StoredRecord | None:
+    def get(self, app: str) -> Read | None:
         return self._store.get(app) if self._shard.owns(app) else None
+
+    def set_aside(self, app: str, suffix: str) -> str:
+        if not isinstance(self._store, SetsAside):
+            raise JournalError(f"{self._store.where}: records there cannot be moved aside")
+        return self._store.set_aside(app, suffix)
 
     def put(self, app: str, doc: Doc, *, expected: str | None) -> str:
         return self._store.put(app, doc, expected=expected)
@@ -372,6 +378,7 @@ class ShardedService:
                 if i not in held or self._recs[i][0] != self.leases.term(i):  # lost, maybe taken again since
                     log.info("shard %d is no longer ours (or was lost and taken again): dropping what this "
                              "replica knew of it", i)
+                    self._recs[i][1].drop_states()
                     del self._recs[i]
             if not held:
                 log.debug("standby: no shard held (%s); not reconciling (%s)", self.leases.describe(), reason)
@@ -395,6 +402,10 @@ class ShardedService:
                         failed.append((i, e))
             if failed:
                 raise failed[0][1]
+
+    def status_text(self) -> str:
+        """The app lines of every shard this replica holds."""
+        return "".join(rec.status_text() for _, (_, rec) in sorted(self._recs.items())) or "apps: no shard held\n"
 
     def readiness(self) -> tuple[bool, str]:
         recs = {i: r for i, (_, r) in sorted(self._recs.items()) if self.leases.holds(i)}

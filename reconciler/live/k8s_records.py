@@ -22,13 +22,14 @@ from typing import Any
 
 from reconciler.errors import FencedError, JournalError, RecordConflictError
 from reconciler.live.kubernetes import Kube, KubernetesApiError, KubernetesUnavailableError, LeaseElector
-from reconciler.live.records import Doc, StoredRecord, decode, encode, safe_name
+from reconciler.live.records import BrokenRecord, Doc, Read, StoredRecord, decode, encode, safe_name
 
 DATA_KEY = "record.json"
 NAME_SUFFIX = "-flink-reconciler-record"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_APP = "flink-reconciler.io/app"
+LABEL_APP_ASIDE = "flink-reconciler.io/record-set-aside-of"  # a record moved aside by `record rebuild`
 ANNOTATION_FENCE = "flink-reconciler.io/fence"
 RECORD_SELECTOR = f"{LABEL_MANAGED_BY}=flink-reconciler,{LABEL_NAME}=flink-reconciler-record"
 MAX_BYTES = 900 * 1024  # a ConfigMap holds at most 1 MiB, metadata included
@@ -92,8 +93,8 @@ class ConfigMapRecordStore:
         self._ns: dict[str, str] = {}  # app -> namespace of its record
         self._stamp: dict[str, FenceToken | None] = {}  # app -> fence token found on its record
 
-    def list(self) -> dict[str, StoredRecord]:
-        out: dict[str, StoredRecord] = {}
+    def list(self) -> dict[str, Read]:
+        out: dict[str, Read] = {}
         for ns in self.namespaces:
             try:
                 items = self.kube.list("ConfigMap", ns, RECORD_SELECTOR)
@@ -104,12 +105,17 @@ class ConfigMapRecordStore:
                 if not app:
                     continue
                 if app in out:
-                    raise JournalError(f"app {app!r} has records in two namespaces ({self._ns[app]} and {ns}); "
-                                       "app names must be unique across the watched namespaces")
+                    first = out[app]
+                    out[app] = BrokenRecord(
+                        f"app {app!r} has records in two namespaces ({self._ns[app]} and {ns}); app names must be "
+                        "unique across the watched namespaces: delete or rename the wrong one",
+                        first.version, f"ConfigMap {self._ns[app]}/{record_name(app)}",
+                        first.raw if isinstance(first, BrokenRecord) else encode(first.doc))
+                    continue
                 out[app] = self._remember(app, obj)
         return out
 
-    def get(self, app: str) -> StoredRecord | None:
+    def get(self, app: str) -> Read | None:
         for ns in self._candidates(app):
             try:
                 obj = self.kube.get("ConfigMap", ns, record_name(app))
@@ -185,13 +191,55 @@ class ConfigMapRecordStore:
         known = self._ns.get(app)
         return (known,) if known else self.namespaces
 
-    def _remember(self, app: str, obj: dict[str, Any]) -> StoredRecord:
+    def _remember(self, app: str, obj: dict[str, Any]) -> Read:
         meta = obj.get("metadata") or {}
         ns = meta.get("namespace") or ""
         where = f"ConfigMap {ns}/{meta.get('name')}"
         raw = (obj.get("data") or {}).get(DATA_KEY)
-        if raw is None:
-            raise JournalError(f"{where}: has no {DATA_KEY}")
+        version = str(meta.get("resourceVersion"))
         self._ns[app] = ns
         self._stamp[app] = FenceToken.parse((meta.get("annotations") or {}).get(ANNOTATION_FENCE))
-        return StoredRecord(decode(raw, where), str(meta.get("resourceVersion")))
+        if not isinstance(raw, str):
+            return BrokenRecord(f"{where}: has no {DATA_KEY}", version, where, b"")
+        try:
+            return StoredRecord(decode(raw, where), version)
+        except JournalError as e:
+            return BrokenRecord(str(e), version, where, raw.encode())
+
+    def set_aside(self, app: str, suffix: str) -> str:
+        """Copy the record ConfigMap to `<name>-<suffix>` (without the record labels, so it is never listed
+        again), then delete the original on its resourceVersion. A crash in between leaves both: the copy
+        is there before the original goes, so the bytes are never lost."""
+        self._check_fence(app)
+        obj = None
+        for ns in self._candidates(app):
+            try:
+                obj = self.kube.get("ConfigMap", ns, record_name(app))
+            except (KubernetesApiError, KubernetesUnavailableError) as e:
+                raise JournalError(f"cannot read the record of {app} in namespace {ns}: {e}") from e
+            if obj is not None:
+                break
+        if obj is None:
+            raise JournalError(f"there is no record of app {app} in namespace(s) {', '.join(self.namespaces)}")
+        meta = obj.get("metadata") or {}
+        ns, name = meta.get("namespace") or "", f"{record_name(app)}-{suffix}"
+        copy = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": ns,
+                             "labels": {LABEL_MANAGED_BY: "flink-reconciler", LABEL_APP_ASIDE: app},
+                             "annotations": dict(meta.get("annotations") or {})},
+                "data": dict(obj.get("data") or {})}
+        try:
+            self.kube.request("POST", Kube.path("ConfigMap", ns), body=copy)
+            body = {"apiVersion": "v1", "kind": "DeleteOptions",
+                    "preconditions": {"resourceVersion": str(meta.get("resourceVersion"))}}
+            self.kube.request("DELETE", Kube.path("ConfigMap", ns, record_name(app)), body=body)
+        except KubernetesApiError as e:
+            if e.code == 409:
+                raise RecordConflictError(f"record {ns}/{record_name(app)} or {ns}/{name} changed meanwhile "
+                                          f"({e.reason}); nothing more was done, look again") from e
+            raise JournalError(f"cannot move record {ns}/{record_name(app)} aside: {e}") from e
+        except KubernetesUnavailableError as e:
+            raise JournalError(f"cannot move record {ns}/{record_name(app)} aside: {e}") from e
+        self._ns.pop(app, None)
+        self._stamp.pop(app, None)
+        return f"ConfigMap {ns}/{name}"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -504,6 +505,28 @@ class Pointers:
         return out
 
 
+_GENERATION = re.compile(r"[a-z0-9]{1,16}\Z")  # a cluster generation: `base`, or a short token of the plan's
+
+
+def pointer_problem(app: str, root: Obj | None) -> str | None:
+    """What is wrong with the root ConfigMap's generation pointers (an annotation edited by hand), with what to
+    do, or None. A pointer that names no generation we could have written leaves the live cluster unknown: that
+    app waits, BLOCKED, instead of its running cluster being taken for a leftover or for nothing at all."""
+    meta = (root or {}).get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    bad = {k: v for k in (r.ANNOTATION_LIVE, r.ANNOTATION_STANDBY, r.ANNOTATION_RETIRED)
+           if (v := ann.get(k)) is not None and not (isinstance(v, str) and _GENERATION.match(v))}
+    if not bad:
+        return None
+    where = f"ConfigMap {meta.get('namespace')}/{meta.get('name')}"
+    shown = ", ".join(f"{k}={v!r}" for k, v in sorted(bad.items()))
+    return (f"{where}: unreadable cluster pointer(s) {shown} (expected {r.BASE!r} or a generation of lowercase "
+            f"letters and digits): which cluster of app {app} is live is unknown, so it is left as it is. Set the "
+            f"annotation back to the generation of the cluster that runs the job (the {r.LABEL_GENERATION} label "
+            f"of its JobManager Deployment; {r.BASE!r} when it has none), e.g. `kubectl annotate --overwrite "
+            f"configmap -n {meta.get('namespace')} {meta.get('name')} {r.ANNOTATION_LIVE}=base`")
+
+
 def _label(obj: Obj, key: str) -> str | None:
     labels: dict[str, str] = (obj.get("metadata") or {}).get("labels") or {}
     return labels.get(key)
@@ -605,6 +628,18 @@ class KubernetesRuntime:
         return evs
 
     def _info(self, app: str, v: _AppView, events: list[Obj] | None) -> ClusterInfo:
+        problem = pointer_problem(app, v.root)
+        if problem is not None:
+            self._ns_of[app] = v.namespace
+            return ClusterInfo(app=app, phase=ClusterPhase.UNKNOWN, message=problem, unreadable=problem)
+        try:
+            return self._checked_info(app, v, events)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:  # an object edited out of shape: that app's
+            return ClusterInfo(app=app, phase=ClusterPhase.UNKNOWN,
+                               message=f"cannot read the objects of app {app} in namespace {v.namespace}: "
+                                       f"{type(e).__name__}: {e}")
+
+    def _checked_info(self, app: str, v: _AppView, events: list[Obj] | None) -> ClusterInfo:
         info = self._live_info(app, v, events)
         ptr = Pointers.of(v.root)
         # Any cluster beside the live one that is not the retired one is a standby (or what is left of one).

@@ -58,6 +58,7 @@ from reconciler.live.local_config import (
     JM_ENTRY,
     LOG4J_PROPERTIES,
     LOOPBACK,
+    MARKER_PROPERTY,
     SLOTS,
     TM_ENTRY,
     WARMUP_JAVA,
@@ -139,14 +140,19 @@ class LocalRuntime:
         out: dict[str, ClusterInfo] = {}
         for d in sorted(root.iterdir()):
             if (d / "cluster.json").is_file():
-                out[d.name] = self.observe(d.name)
+                try:
+                    out[d.name] = self.observe(d.name)
+                except (ReconcilerError, OSError, ValueError) as e:  # that app's problem, never the others'
+                    out[d.name] = ClusterInfo(app=d.name, phase=ClusterPhase.UNKNOWN,
+                                              message=f"cannot observe the local cluster of app {d.name}: {e}")
         return out
 
     def observe(self, app: str) -> ClusterInfo:
         try:
             rec = self.read_record(app)
         except ObserveError as e:  # never report an unreadable record as "absent"
-            return ClusterInfo(app=app, phase=ClusterPhase.UNKNOWN, message=str(e))
+            return ClusterInfo(app=app, phase=ClusterPhase.UNKNOWN, message=str(e),
+                               unreadable=self._unreadable(app, "cluster", e))
         if rec is None:
             return ClusterInfo(app=app, phase=ClusterPhase.ABSENT)
         info = ClusterInfo(app=app, phase=ClusterPhase.STARTING, rest_url=rec.rest_url, spec_hash=rec.spec_hash,
@@ -403,11 +409,26 @@ class LocalRuntime:
     def _others(self, app: str, live: ClusterRecord) -> dict[str, Any]:
         """The standby and retired clusters beside `live` (a copy of `live` left by a crash does not count)."""
         try:
-            standby, retired = self.read_record(app, "standby"), self.read_record(app, "retired")
-        except ObserveError:
-            return {}
+            standby = self.read_record(app, "standby")
+        except ObserveError as e:
+            return {"unreadable": self._unreadable(app, "standby", e)}
+        try:
+            retired = self.read_record(app, "retired")
+        except ObserveError as e:
+            return {"unreadable": self._unreadable(app, "retired", e)}
         return {"standby_generation": standby.generation if standby and standby.cluster_id != live.cluster_id
                 else None, "retired_cluster": bool(retired and retired.cluster_id != live.cluster_id)}
+
+    def _unreadable(self, app: str, slot: str, e: ObserveError) -> str:
+        """What a human does about a cluster file that cannot be read: which JVMs it described is unknown, so the
+        app waits (BLOCKED) rather than have a second cluster started beside them or its job taken for gone."""
+        path = self.paths(app).slot(slot)
+        find = f"pgrep -af '{MARKER_PROPERTY}={app}-[0-9a-f]{{12}}'"
+        return (f"{e}: which JVMs this file describes is unknown, so app {app} is left as it is. Restore the file "
+                f"from a copy, or stop the app's JVMs that are not described elsewhere (`{find}` lists them; its "
+                f"live cluster is in {self.paths(app).slot('cluster').name} when that file is readable) and move "
+                f"the file aside (`mv {path} {path}.broken`): the next pass then restarts the app from its "
+                "savepoints and checkpoints")
 
     def cluster_records(self, app: str) -> dict[str, ClusterRecord]:
         """Every cluster of the app by slot (cluster, standby, retired): what runs, for status and tests."""

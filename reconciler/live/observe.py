@@ -34,7 +34,7 @@ def observe_app(runtime: Runtime, info: ClusterInfo) -> LiveApp:
     name = info.app
     base = LiveApp(name=name, cluster=info.phase, cluster_message=info.message, deployed_spec_hash=info.spec_hash,
                    standby_generation=info.standby_generation, retired_cluster=info.retired_cluster,
-                   missing_processes=info.missing)
+                   missing_processes=info.missing, unreadable=info.unreadable)
     ready = info.phase is ClusterPhase.READY
     if not ready and not (info.phase is ClusterPhase.STARTING and info.missing and info.rest_url):
         return base

@@ -100,6 +100,8 @@ class ClusterInfo:
     # Processes of the cluster that died while its JobManager is up (names like taskmanager-1): a runtime with
     # nothing else to restart them (local) reports them, and EnsureCluster restarts them in place.
     missing: tuple[str, ...] = ()
+    # The runtime's own files/objects about this app cannot be read (phase UNKNOWN): what is wrong, what to do.
+    unreadable: str | None = None
 
 
 class Runtime(Protocol):

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from reconciler.errors import JournalError, RecordConflictError
 
@@ -40,16 +40,33 @@ class StoredRecord:
     version: str
 
 
+@dataclass(frozen=True)
+class BrokenRecord:
+    """A record that is there but cannot be read (a truncated file, a ConfigMap edited by hand).
+
+    Listed beside the readable ones, so one bad record blocks its own app only; `version` is what a
+    compare-and-set would have to name, so a writer that did not see it can never overwrite it."""
+
+    reason: str  # names the file or ConfigMap and what is wrong with it
+    version: str
+    where: str  # the file path, or "ConfigMap <namespace>/<name>"
+    raw: bytes  # the bytes as stored, for `flink-reconciler record show` and for moving them aside
+
+
+Read = StoredRecord | BrokenRecord
+
+
 class RecordStore(Protocol):
     """Durable per-app documents with compare-and-set writes."""
 
     where: str  # for messages: "<state_dir>/records", "ConfigMaps in namespaces a, b"
 
-    def list(self) -> dict[str, StoredRecord]:
-        """Every record, in as few requests as the backend allows (never one per app)."""
+    def list(self) -> dict[str, Read]:
+        """Every record, in as few requests as the backend allows (never one per app). A record that cannot
+        be read is a BrokenRecord of its app: it never hides the others."""
         ...
 
-    def get(self, app: str) -> StoredRecord | None: ...
+    def get(self, app: str) -> Read | None: ...
 
     def put(self, app: str, doc: Doc, *, expected: str | None) -> str:
         """Write `doc` if the stored version is still `expected` (None: the record must not exist yet).
@@ -57,6 +74,16 @@ class RecordStore(Protocol):
         ...
 
     def delete(self, app: str, *, expected: str) -> None: ...
+
+
+@runtime_checkable
+class SetsAside(Protocol):
+    """A store that can move an app's record aside (`flink-reconciler record rebuild`): the bytes are kept under
+    another name the store no longer lists, so the next pass meets the app as if its record were lost."""
+
+    def set_aside(self, app: str, suffix: str) -> str:
+        """Move the record; returns where it went. JournalError when there is none."""
+        ...
 
 
 def encode(doc: Doc) -> bytes:
@@ -94,10 +121,10 @@ class FileRecordStore:
     def __init__(self, directory: Path) -> None:
         self.dir = Path(directory)
         self.where = str(self.dir)
-        self._cache: dict[str, tuple[tuple[int, int, int], StoredRecord]] = {}
+        self._cache: dict[str, tuple[tuple[int, int, int], Read]] = {}
 
-    def list(self) -> dict[str, StoredRecord]:
-        out: dict[str, StoredRecord] = {}
+    def list(self) -> dict[str, Read]:
+        out: dict[str, Read] = {}
         try:
             entries = list(os.scandir(self.dir))
         except FileNotFoundError:
@@ -107,13 +134,35 @@ class FileRecordStore:
         for entry in entries:
             if not entry.name.endswith(".json") or entry.name.startswith("."):
                 continue
-            rec = self._read(entry.name[: -len(".json")])
+            try:
+                rec = self._read(entry.name[: -len(".json")])
+            except JournalError as e:  # e.g. a file we may not read: that app's problem only
+                rec = BrokenRecord(str(e), "unreadable", entry.path, b"")
             if rec is not None:
                 out[entry.name[: -len(".json")]] = rec
         return out
 
-    def get(self, app: str) -> StoredRecord | None:
+    def get(self, app: str) -> Read | None:
         return self._read(safe_name(app))
+
+    def set_aside(self, app: str, suffix: str) -> str:
+        """Move the app's record file to `<app>.json.<suffix>` (kept, never deleted; no longer listed).
+        Returns where it went. Nothing there: JournalError."""
+        path = self._path(app)
+        aside = path.with_name(f"{path.name}.{suffix}")
+        with self._locked():
+            if not path.exists():
+                raise JournalError(f"{path}: there is no record of app {app} to move aside")
+            if aside.exists():
+                raise JournalError(f"{aside} exists already; not overwriting it")
+            try:
+                os.link(path, aside)  # the bytes are under the new name before the old one goes
+                path.unlink()
+                self._fsync_dir()
+            except OSError as e:
+                raise JournalError(f"{path}: cannot move the record aside: {e.strerror or e}") from e
+        self._cache.pop(app, None)
+        return str(aside)
 
     def put(self, app: str, doc: Doc, *, expected: str | None) -> str:
         path = self._path(app)
@@ -156,7 +205,7 @@ class FileRecordStore:
     def _path(self, app: str) -> Path:
         return self.dir / f"{safe_name(app)}.json"
 
-    def _read(self, app: str, *, fresh: bool = False) -> StoredRecord | None:
+    def _read(self, app: str, *, fresh: bool = False) -> Read | None:
         path = self.dir / f"{app}.json"
         try:
             st = path.stat()
@@ -170,7 +219,11 @@ class FileRecordStore:
             return None
         except OSError as e:
             raise JournalError(f"{path}: cannot read the record: {e.strerror or e}") from e
-        rec = StoredRecord(decode(raw, str(path)), _digest(raw))
+        rec: Read
+        try:
+            rec = StoredRecord(decode(raw, str(path)), _digest(raw))
+        except JournalError as e:
+            rec = BrokenRecord(str(e), _digest(raw), str(path), raw)
         self._cache[app] = (key, rec)
         return rec
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -358,25 +358,66 @@ def test_a_new_journal_on_the_same_records_sees_everything(journal: Journal, clo
     assert other.records() == journal.records()
 
 
-def test_newer_record_version_is_refused(journal: Journal, clock: FakeClock) -> None:
+def test_a_record_of_a_newer_version_blocks_its_app_only_and_is_never_written(journal: Journal,
+                                                                              clock: FakeClock) -> None:
     journal.begin("orders", REV1, plan_for())
+    journal.begin("billing", REV1, plan_for("billing"))
     path = _record_file(journal)
     doc = json.loads(path.read_text())
-    doc["version"] = SCHEMA_VERSION + 1
+    doc["version"] = 99
     path.write_text(json.dumps(doc))
-    with pytest.raises(JournalError, match="newer flink-reconciler") as err:
-        Journal(journal.path, clock).records()
-    assert str(path.parent) in str(err.value)
+    before = path.read_bytes()
+    other = Journal(journal.path, clock)
+    records = other.records()
+    assert set(records.apps) == {"billing"}
+    why = records.broken["orders"]
+    assert "written by a newer flink-reconciler (record version 99" in why and str(path.parent) in why
+    assert "upgrade" in why and "record rebuild" not in why
+    assert other.inflight("orders") is None and set(other.all_inflight()) == {"billing"}
+    writes: list[Callable[[], object]] = [
+        lambda: other.record_attempt("orders", REV1, Outcome.FAILURE, "x", action="blocked"),
+        lambda: other.note("orders", "x", "y"), lambda: other.begin("orders", REV1, plan_for()),
+        lambda: other.forget("orders")]
+    for write in writes:
+        with pytest.raises(JournalError, match="not writing the record of app orders"):
+            write()
+    other.set_source_file("billing", "apps/billing.yaml")  # the other apps' records are written as usual
+    assert path.read_bytes() == before  # byte for byte
 
 
-@pytest.mark.parametrize("content", [b"this is not json at all", b"[1, 2]", b'{"kind": "Something", "version": 1}'])
-def test_corrupt_record_is_refused_naming_it(journal: Journal, clock: FakeClock, content: bytes) -> None:
+@pytest.mark.parametrize("content", [b"this is not json at all", b"[1, 2]", b'{"kind": "Something", "version": 1}',
+                                     b'{"kind": "FlinkReconcilerRecord", "version": 1, "app": "orders", "rec',
+                                     b'{"kind": "FlinkReconcilerRecord", "version": 1, "app": "orders", '
+                                     b'"record": {"last_outcome": "exploded"}}',
+                                     b'{"kind": "FlinkReconcilerRecord", "version": 1, "app": "orders", '
+                                     b'"inflight": {"revision": "x"}}'])
+def test_a_corrupt_record_blocks_its_app_only_naming_it(journal: Journal, clock: FakeClock, content: bytes) -> None:
+    journal.begin("billing", REV1, plan_for("billing"))
     path = _record_file(journal)
-    path.parent.mkdir(parents=True)
     path.write_bytes(content)
-    with pytest.raises(JournalError) as err:
-        Journal(journal.path, clock).records()
-    assert "orders" in str(err.value) and str(path.parent) in str(err.value)
+    other = Journal(journal.path, clock)
+    records = other.records()
+    assert set(records.apps) == {"billing"} and set(records.broken) == {"orders"}
+    assert str(path) in records.broken["orders"] or (str(path.parent) in records.broken["orders"]
+                                                     and "app 'orders'" in records.broken["orders"])
+    assert "flink-reconciler record rebuild orders" in records.broken["orders"]
+    with pytest.raises(JournalError, match="not writing the record of app orders"):
+        other.record_attempt("orders", REV1, Outcome.FAILURE, "x", action="blocked")
+    assert path.read_bytes() == content
+    path.unlink()  # repaired (here: removed) by a human: the app is an app without a record again
+    assert other.records().broken == {} and other.record("orders") is None
+
+
+def test_a_record_that_breaks_between_read_and_write_is_not_overwritten(journal: Journal, clock: FakeClock) -> None:
+    journal.begin("orders", REV1, plan_for())
+    path = _record_file(journal)
+    path.write_bytes(b'{"kind": "FlinkReconcilerRecord", "vers')  # a hand edit gone wrong, after our read
+    with pytest.raises(RecordConflictError):
+        journal.step_started("orders", 0)
+    assert path.read_bytes() == b'{"kind": "FlinkReconcilerRecord", "vers'
+    assert "orders" in journal.broken()
+    with pytest.raises(JournalError, match="not writing"):
+        journal.step_started("orders", 0)
 
 
 def test_a_second_writer_is_refused_instead_of_overwritten(journal: Journal, clock: FakeClock) -> None:
@@ -463,7 +504,8 @@ def test_an_adopted_running_job_is_recorded_as_applied_once(journal: Journal) ->
     assert [t.action for t in journal.history("orders")] == ["adopt"]
 
 
-def test_an_app_blocked_for_ten_minutes_is_one_history_entry_not_one_per_pass(journal: Journal, clock: FakeClock) -> None:
+def test_an_app_blocked_for_ten_minutes_is_one_history_entry_not_one_per_pass(journal: Journal,
+                                                                              clock: FakeClock) -> None:
     """Issue 20: the drift pass meets the same blocked app every few seconds, its reason naming a growing age."""
     writes = 0
     put = journal.store.put

@@ -257,3 +257,51 @@ def test_kill_at_every_step_boundary_then_lost_records_never_starts_empty(env: E
     env.assert_counts_continue(before)
     st = env.status()
     assert (st["applied"], st["job_id"], st["outcome"]) == (rev, job, "success"), st
+
+
+# ------------------------------------------------------------------------------------------------
+# (d) the record is truncated (a full disk): the app waits; `record rebuild` adopts it from its savepoint
+
+
+def test_a_truncated_record_blocks_the_app_until_record_rebuild_adopts_it_from_its_savepoint(env: E2E) -> None:
+    env.only_running_job()
+    commit_state(env, "suspend before the disk fills up", "suspended")
+    code, out = env.apply()
+    assert code == 0, out
+    suspend_sp = env.status()["last_savepoint"]
+    assert suspend_sp, env.status()
+    before = env.counts()
+    record = env.state / "records" / f"{APP}.json"
+    raw = record.read_bytes()
+    record.write_bytes(raw[: len(raw) // 2])  # what a full disk or an interrupted copy leaves
+    broken = record.read_bytes()
+
+    rev = commit_state(env, "resume", "running")
+    plan = env.plan_live()  # `plan --live` works, and says what is wrong and what to do
+    assert plan["action"] == "blocked" and not plan["steps"], plan
+    assert f"`flink-reconciler record rebuild {APP}`" in plan["reason"], plan["reason"]
+    code, out = env.apply()  # the app waits: nothing is started, the record is not written over
+    assert code == 1 and f"{APP}: blocked -> failure" in out, out
+    assert record.read_bytes() == broken and env.rt.read_record(APP) is None
+    st = env.status()
+    assert st["outcome"] == "blocked" and "record rebuild" in st["message"], st
+
+    code, out = env.cli("record", "rebuild", APP, "--state-dir", str(env.state), "--repo", str(env.repo.work))
+    assert code == 0, out
+    aside = next(record.parent.glob(f"{APP}.json.broken-*"))
+    assert aside.read_bytes() == broken, "the broken record is kept, byte for byte"
+    assert "next pass: create: adopted: restoring from" in out, out
+    NOTES.append(f"(d) record rebuild said: {out.strip()}")
+
+    plan = env.plan_live()
+    start = start_step(plan)
+    assert start["restore"]["kind"] == "path" and same_path(start["restore"]["path"], suspend_sp), (
+        start["restore"], suspend_sp)
+    code, out = env.apply()
+    assert code == 0, out
+    job = env.only_running_job()
+    restored, is_savepoint = env.restored_from(job)
+    assert same_path(restored, suspend_sp) and is_savepoint, (restored, suspend_sp)
+    env.assert_counts_continue(before)
+    st = env.status()
+    assert (st["applied"], st["job_id"], st["outcome"]) == (rev, job, "success"), st

@@ -30,7 +30,7 @@ from reconciler.live.k8s_records import (
     record_name,
 )
 from reconciler.live.kubernetes import KubernetesRuntime, LeaseElector
-from reconciler.live.records import Doc, StoredRecord
+from reconciler.live.records import Doc, Read, StoredRecord
 from reconciler.source.git import GitSource
 from tests.gitutil import Repo
 from tests.kubernetes.conftest import Cluster
@@ -169,10 +169,10 @@ class CrashingStore:
         self.writes = 0
         self.crash_at: int | None = None
 
-    def list(self) -> dict[str, StoredRecord]:
+    def list(self) -> dict[str, Read]:
         return self.inner.list()
 
-    def get(self, app: str) -> StoredRecord | None:
+    def get(self, app: str) -> Read | None:
         return self.inner.get(app)
 
     def put(self, app: str, doc: Doc, *, expected: str | None) -> str:
