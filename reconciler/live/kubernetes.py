@@ -1,8 +1,6 @@
 """The kubernetes runtime: server-side apply of the rendered objects, observe by label, delete by cascade.
 
-The only module that imports `kubernetes`. It talks to the API server through one `ApiClient` (auth,
-TLS and proxies from a kubeconfig or the in-cluster service account) with a small generic request
-helper, so every kind is handled alike as plain JSON, the way server-side apply wants it.
+It talks to the API server through `k8s_api.Kube` (the only module importing `kubernetes`).
 
 Costs per reconcile cycle (`list_clusters`): one list per kind (ConfigMap roots, Deployment,
 StatefulSet, Pod) per watched namespace, whatever the number of apps, plus one Event list per namespace
@@ -30,10 +28,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
-import urllib3
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
 
 from reconciler.clock import Clock
 from reconciler.core.observed import Checkpoint, ClusterPhase
@@ -46,6 +40,16 @@ from reconciler.errors import (
     TransientStepError,
 )
 from reconciler.live import k8s_render as r
+from reconciler.live.k8s_api import (
+    ApiClient,
+    ApplyConflictError,
+    Kube,
+    KubernetesApiError,
+    KubernetesUnavailableError,
+    Obj,
+    client_from_kubeconfig,
+    in_cluster_client,
+)
 from reconciler.live.ports import ClusterInfo, FlinkApi
 from reconciler.spec.model import FlinkApp, JobState
 
@@ -53,22 +57,7 @@ if TYPE_CHECKING:
     from reconciler.live.flink import FlinkRestClient
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
-# kind -> (API path prefix, plural). Everything the renderer can produce, plus what we observe.
-RESOURCES: dict[str, tuple[str, str]] = {
-    "ConfigMap": ("/api/v1", "configmaps"),
-    "Service": ("/api/v1", "services"),
-    "ServiceAccount": ("/api/v1", "serviceaccounts"),
-    "Pod": ("/api/v1", "pods"),
-    "Event": ("/api/v1", "events"),
-    "Deployment": ("/apis/apps/v1", "deployments"),
-    "StatefulSet": ("/apis/apps/v1", "statefulsets"),
-    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
-    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
-    "Lease": ("/apis/coordination.k8s.io/v1", "leases"),
-    "ResourceQuota": ("/api/v1", "resourcequotas"),
-}
 # Kinds an app may own, in the order pruning deletes them (workloads first).
 PRUNABLE = ("Deployment", "StatefulSet", "Service", "ConfigMap", "RoleBinding", "Role", "ServiceAccount")
 # Kinds whose disappearance delete_cluster waits for.
@@ -86,118 +75,6 @@ FAILING_REASONS = frozenset({
     "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull", "CrashLoopBackOff",
     "CreateContainerConfigError", "CreateContainerError", "RunContainerError", "OOMKilled",
 })
-
-
-class KubernetesApiError(PermanentStepError):
-    """The API server refused a request (4xx). Carries its Status: `code`, `reason`, `message`, `causes`."""
-
-    def __init__(self, what: str, code: int, reason: str, message: str, causes: list[Obj] | None = None) -> None:
-        self.code, self.reason, self.api_message, self.causes = code, reason, message, causes or []
-        super().__init__(f"{what}: {code} {reason}: {message}")
-
-
-class ApplyConflictError(KubernetesApiError):
-    """Server-side apply found fields owned by another manager (someone edited our objects by hand)."""
-
-    @property
-    def managers(self) -> list[str]:
-        out = []
-        for c in self.causes:
-            msg = str(c.get("message", ""))
-            if msg.startswith('conflict with "'):
-                out.append(msg.split('"')[1])
-        return sorted(set(out))
-
-
-class KubernetesUnavailableError(TransientStepError):
-    """The API server could not be reached or answered 5xx/429: worth retrying."""
-
-    def __init__(self, what: str, code: int, message: str) -> None:
-        self.code = code
-        super().__init__(f"{what}: {code or 'connection failed'}: {message}")
-
-
-def _parse_status(body: bytes) -> tuple[str, str, list[Obj]]:
-    try:
-        st = json.loads(body or b"{}")
-    except ValueError:
-        return "", body.decode("utf-8", "replace")[:500], []
-    if not isinstance(st, dict):
-        return "", str(st)[:500], []
-    return str(st.get("reason", "")), str(st.get("message", "")), list((st.get("details") or {}).get("causes") or [])
-
-
-class Kube:
-    """JSON requests on one ApiClient. Raises KubernetesApiError / KubernetesUnavailableError."""
-
-    def __init__(self, api_client: k8s_client.ApiClient, *, timeout: float = 30.0) -> None:
-        self.api_client = api_client
-        self.timeout = timeout
-
-    @property
-    def host(self) -> str:
-        return str(self.api_client.configuration.host).rstrip("/")
-
-    def request(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
-                body: Any = None, content_type: str = "application/json") -> Any:
-        what = f"{method} {path}"
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        try:
-            ser = self.api_client.param_serialize(method, path, query_params=query or [], header_params=headers,
-                                                  body=body, auth_settings=["BearerToken"])
-            resp = self.api_client.call_api(*ser, _request_timeout=self.timeout)
-            data: bytes = resp.read() or b""  # type: ignore[no-untyped-call]
-        except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
-            raise KubernetesUnavailableError(what, getattr(e, "status", 0) or 0, str(e).strip()) from e
-        if resp.status >= 400:
-            reason, message, causes = _parse_status(data)
-            if resp.status >= 500 or resp.status == 429:
-                raise KubernetesUnavailableError(what, resp.status, f"{reason}: {message}")
-            cls = ApplyConflictError if resp.status == 409 and content_type.startswith("application/apply-patch") \
-                else KubernetesApiError
-            raise cls(what, resp.status, reason, message, causes)
-        return json.loads(data) if data else {}
-
-    # Paths
-    @staticmethod
-    def path(kind: str, namespace: str | None, name: str | None = None) -> str:
-        prefix, plural = RESOURCES[kind]
-        p = f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"
-        return f"{p}/{name}" if name else p
-
-    def list(self, kind: str, namespace: str, selector: str) -> list[Obj]:
-        items: list[Obj] = self.request("GET", self.path(kind, namespace), query=[("labelSelector", selector)]
-                                        ).get("items", [])
-        for it in items:  # list items come without kind (the real API omits it)
-            it.setdefault("kind", kind)
-        return items
-
-    def get(self, kind: str, namespace: str, name: str) -> Obj | None:
-        try:
-            obj: Obj = self.request("GET", self.path(kind, namespace, name))
-            return obj
-        except KubernetesApiError as e:
-            if e.code == 404:
-                return None
-            raise
-
-    def apply(self, obj: Obj, *, force: bool, manager: str = r.FIELD_MANAGER) -> Obj:
-        meta = obj["metadata"]
-        query = [("fieldManager", manager)] + ([("force", "true")] if force else [])
-        out: Obj = self.request("PATCH", self.path(obj["kind"], meta.get("namespace"), meta["name"]),
-                                query=query, body=obj, content_type="application/apply-patch+yaml")
-        return out
-
-    def delete(self, kind: str, namespace: str, name: str, *, policy: str = "Background") -> bool:
-        """False when it was already gone."""
-        try:
-            self.request("DELETE", self.path(kind, namespace, name), query=[("propagationPolicy", policy)],
-                         body={"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": policy})
-            return True
-        except KubernetesApiError as e:
-            if e.code == 404:
-                return False
-            raise
 
 
 # ---- status interpretation (pure) --------------------------------------------------------------
@@ -523,7 +400,7 @@ class KubernetesRuntime:
 
     def __init__(
         self,
-        api_client: k8s_client.ApiClient,
+        api_client: ApiClient,
         *,
         clock: Clock,
         namespaces: list[str] | tuple[str, ...],
@@ -549,14 +426,11 @@ class KubernetesRuntime:
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, *, context: str | None = None, **kw: Any) -> KubernetesRuntime:
-        api = k8s_config.new_client_from_config(config_file=path, context=context)  # type: ignore[no-untyped-call]
-        return cls(api, **kw)
+        return cls(client_from_kubeconfig(path, context=context), **kw)
 
     @classmethod
     def in_cluster(cls, **kw: Any) -> KubernetesRuntime:
-        cfg = k8s_client.Configuration()
-        k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        return cls(k8s_client.ApiClient(cfg), **kw)
+        return cls(in_cluster_client(), **kw)
 
     # ---- observe ----
     def _views(self, namespaces: tuple[str, ...], selector: str) -> dict[str, _AppView]:
@@ -1298,7 +1172,7 @@ class LeaseElector:
       last successful renew is older than `renew_deadline` (we may have been partitioned away).
     """
 
-    def __init__(self, api_client: k8s_client.ApiClient, *, clock: Clock, namespace: str, name: str,
+    def __init__(self, api_client: ApiClient, *, clock: Clock, namespace: str, name: str,
                  identity: str, lease_duration: float = 15.0, renew_deadline: float = 10.0,
                  retry_period: float = 2.0) -> None:
         if not retry_period < renew_deadline < lease_duration:
