@@ -18,11 +18,9 @@ What the runtime owns of an app (see `k8s_render` for the objects):
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -50,6 +48,21 @@ from reconciler.live.k8s_api import (
     client_from_kubeconfig,
     in_cluster_client,
 )
+from reconciler.live.k8s_generations import AppView, ClusterView, Pointers, of_generation
+from reconciler.live.k8s_quota import quota_need, quota_shortfall
+from reconciler.live.k8s_status import (
+    HA_CONFIGMAP_SELECTOR,
+    NEVER_HEALS,
+    generation_failure,
+    ha_configmap_cluster_id,
+    is_session_suffix,
+    label,
+    pod_problem,
+    rewind_warning,
+    subset_diff,
+    taskmanager_generation,
+    workload_ready,
+)
 from reconciler.live.ports import ClusterInfo, FlinkApi
 from reconciler.spec.model import FlinkApp, JobState
 
@@ -62,334 +75,6 @@ log = logging.getLogger(__name__)
 PRUNABLE = ("Deployment", "StatefulSet", "Service", "ConfigMap", "RoleBinding", "Role", "ServiceAccount")
 # Kinds whose disappearance delete_cluster waits for.
 OWNED_KINDS = ("Deployment", "StatefulSet", "Service", "ConfigMap", "RoleBinding", "Role", "ServiceAccount", "Pod")
-
-# Flink's own labels on its Kubernetes HA ConfigMaps: `app=<kubernetes.cluster-id>` and this type. Flink 2.3
-# sets only these two (no `configmap-type`: seen on real Flink with the test process node), so the names
-# are checked too: `<cluster-id>-cluster-config-map` and `<cluster-id>-<job id>-config-map`. The cluster-id
-# is the HA identity of one job generation, `<app>.<12 hex>` (k8s_render.ha_cluster_id), or the app name
-# for clusters rendered before generations.
-HA_CONFIGMAP_SELECTOR = "type=flink-native-kubernetes"
-
-# Container states that do not heal by waiting: the cluster is FAILED (a deadline still decides).
-FAILING_REASONS = frozenset({
-    "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull", "CrashLoopBackOff",
-    "CreateContainerConfigError", "CreateContainerError", "RunContainerError", "OOMKilled",
-})
-
-
-# ---- status interpretation (pure) --------------------------------------------------------------
-
-def _hex(text: str, length: int) -> bool:
-    return len(text) == length and all(ch in "0123456789abcdef" for ch in text)
-
-
-def is_ha_configmap_name(cluster_id: str, name: str) -> bool:
-    """Flink's HA ConfigMap names for `cluster_id`: the cluster's, and one per job (32 hex digits)."""
-    if name == f"{cluster_id}-cluster-config-map":
-        return True
-    middle = name.removeprefix(f"{cluster_id}-").removesuffix("-config-map")
-    return name.startswith(f"{cluster_id}-") and name.endswith("-config-map") and _hex(middle, 32)
-
-
-def ha_configmap_cluster_id(app: str, cm: Obj) -> str | None:
-    """The HA identity (cluster-id) of `app` that Flink's HA ConfigMap `cm` belongs to, or None when it is not
-    one of `app`'s: its `app` label is the app name (a cluster rendered before generations) or
-    `<app>.<12 hex>`, and its name is one of that identity's HA names. App names have no dot, so another
-    app's identity never matches."""
-    cid = _label(cm, "app") or ""
-    if cid != app:
-        prefix, dot, digits = cid.rpartition(".")
-        if not dot or prefix != app or not (_hex(digits, r.HA_ID_DIGITS) or is_session_suffix(digits)):
-            return None
-    return cid if is_ha_configmap_name(cid, str((cm.get("metadata") or {}).get("name", ""))) else None
-
-
-_QUANTITY_SUFFIX = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-                    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
-
-
-def quantity(text: str | int | float) -> float:
-    """A Kubernetes quantity as a number ("500m" -> 0.5, "1408Mi" -> bytes, "2" -> 2)."""
-    t = str(text).strip()
-    for suffix in sorted(_QUANTITY_SUFFIX, key=len, reverse=True):
-        if t.endswith(suffix):
-            return float(t[: -len(suffix)]) * _QUANTITY_SUFFIX[suffix]
-    return float(t)
-
-
-# Object-count quota keys of the kinds a cluster creates (the short names and `count/<resource>[.<group>]`).
-_COUNTED: dict[str, tuple[str, ...]] = {
-    "ConfigMap": ("configmaps", "count/configmaps"),
-    "Service": ("services", "count/services"),
-    "Secret": ("secrets", "count/secrets"),
-    "ServiceAccount": ("count/serviceaccounts",),
-    "Deployment": ("count/deployments.apps",),
-    "StatefulSet": ("count/statefulsets.apps",),
-}
-
-
-def quota_need(objs: list[Obj]) -> dict[str, float]:
-    """What the objects in `objs` ask a ResourceQuota for, all replicas together: pods, requests and limits of
-    cpu and memory (a pod counts its containers' sum, or its largest init container when that is more), the
-    volume claims of StatefulSets (count and storage, also per storage class) and the number of objects."""
-    total: dict[str, float] = {}
-
-    def add(key: str, value: float) -> None:
-        total[key] = total.get(key, 0.0) + value
-
-    for o in objs:
-        for key in _COUNTED.get(o["kind"], ()):
-            add(key, 1.0)
-        if o["kind"] not in ("Deployment", "StatefulSet"):
-            continue
-        replicas = int(o["spec"].get("replicas", 1))
-        for claim in o["spec"].get("volumeClaimTemplates") or []:
-            storage = quantity((((claim.get("spec") or {}).get("resources") or {}).get("requests") or {})
-                               .get("storage", 0))
-            keys = [("persistentvolumeclaims", 1.0), ("count/persistentvolumeclaims", 1.0),
-                    ("requests.storage", storage)]
-            if sc := (claim.get("spec") or {}).get("storageClassName"):
-                keys += [(f"{sc}.storageclass.storage.k8s.io/persistentvolumeclaims", 1.0),
-                         (f"{sc}.storageclass.storage.k8s.io/requests.storage", storage)]
-            for key, value in keys:
-                add(key, value * replicas)
-        spec = o["spec"]["template"]["spec"]
-        pod: dict[str, float] = {"pods": 1.0}
-        for kind in ("requests", "limits"):
-            for res in ("cpu", "memory"):
-                main = sum(quantity(((c.get("resources") or {}).get(kind) or {}).get(res, 0))
-                           for c in spec.get("containers") or [])
-                init = max((quantity(((c.get("resources") or {}).get(kind) or {}).get(res, 0))
-                            for c in spec.get("initContainers") or []), default=0.0)
-                pod[f"{kind}.{res}"] = max(main, init)
-        pod["cpu"], pod["memory"] = pod["requests.cpu"], pod["requests.memory"]  # the quota's short names
-        pod["count/pods"] = 1.0
-        for k, v in pod.items():
-            add(k, v * replicas)
-    return total
-
-
-def quota_shortfall(quotas: list[Obj], need: dict[str, float]) -> str | None:
-    """Why `need` does not fit beside what the namespace's quotas count as used, or None when it fits."""
-    short = []
-    for q in quotas:
-        status = q.get("status") or {}
-        hard = status.get("hard") or (q.get("spec") or {}).get("hard") or {}
-        used = status.get("used") or {}
-        for key, limit in sorted(hard.items()):
-            if key in need and quantity(used.get(key, 0)) + need[key] > quantity(limit) + 1e-9:
-                short.append(f"ResourceQuota {q['metadata']['name']}: {key} used {used.get(key, 0)} of {limit}, "
-                             f"a second cluster needs {_fmt(key, need[key])} more")
-    return "; ".join(short) or None
-
-
-def _fmt(key: str, value: float) -> str:
-    if "memory" in key or "storage" in key:
-        return f"{value / 2**30:.0f}Gi" if value >= 2**30 and value % 2**30 == 0 else f"{value / 2**20:.0f}Mi"
-    return f"{value:g}"
-
-
-def is_session_suffix(text: str) -> bool:
-    """`g<8 hex>`: the HA identity suffix of a warm standby's session cluster (k8s_render.ha_cluster_id)."""
-    return text.startswith("g") and _hex(text[1:], 8)
-
-
-def generation_failure(pod: Obj) -> str | None:
-    """Why a pod of a new job generation will not come up, from what Kubernetes reports, or None.
-
-    Only a container that really ended with an error counts: a non-zero exit code now, or before its last
-    restart while it is not ready again, or CrashLoopBackOff. Never a container that is still being
-    created, pulled or probed, nor one that came back ready after a crash (the job's own wait decides)."""
-    status = pod.get("status") or {}
-    for cs in status.get("containerStatuses") or []:
-        state, last = cs.get("state") or {}, (cs.get("lastState") or {}).get("terminated") or {}
-        term = state.get("terminated") or {}
-        waiting = state.get("waiting") or {}
-        failed = term if term and int(term.get("exitCode", 0)) != 0 else \
-            last if last and int(last.get("exitCode", 0)) != 0 and not cs.get("ready") else None
-        if failed is None and waiting.get("reason") != "CrashLoopBackOff":
-            continue
-        failed = failed or {}
-        restarts = int(cs.get("restartCount") or 0)
-        what = f"container {cs.get('name')} exited with code {failed.get('exitCode', '?')}"
-        if failed.get("reason"):
-            what += f" ({failed['reason']})"
-        if restarts:
-            what += f", restarted {restarts} time(s)"
-        if waiting.get("reason") == "CrashLoopBackOff":
-            what += ", CrashLoopBackOff"
-        cause = _termination_cause(str(failed.get("message") or ""))
-        return f"{what}{': ' + cause if cause else ''}"
-    return None
-
-
-def _termination_cause(message: str) -> str:
-    """The telling line of a termination message (with FallbackToLogsOnError: the log's tail): the last
-    `Caused by:` of a Java stack trace, else the last line that names an exception or error, else the last."""
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
-    for pick in (lambda ln: ln.startswith("Caused by:"), lambda ln: "Exception" in ln or "ERROR" in ln):
-        found = [ln for ln in lines if pick(ln)]
-        if found:
-            return found[-1][:400]
-    return lines[-1][:400] if lines else ""
-
-
-def workload_ready(obj: Obj) -> tuple[bool, str | None]:
-    """(available, why-not) from a Deployment/StatefulSet's status, the way `kubectl rollout status` reads it."""
-    spec, status, meta = obj.get("spec", {}), obj.get("status") or {}, obj.get("metadata", {})
-    want = int(spec.get("replicas", 1))
-    for c in status.get("conditions") or []:
-        if c.get("type") == "Progressing" and c.get("status") == "False":
-            return False, f"{c.get('reason')}: {c.get('message')}"
-        if c.get("type") == "ReplicaFailure" and c.get("status") == "True":
-            return False, f"{c.get('reason')}: {c.get('message')}"
-    if int(status.get("observedGeneration", 0)) < int(meta.get("generation", 1)):
-        return False, "the controller has not yet seen the latest spec"
-    ready_key = "availableReplicas" if obj.get("kind") == "Deployment" else "readyReplicas"
-    if int(status.get("updatedReplicas", 0)) < want or int(status.get(ready_key, 0)) < want:
-        return False, f"{status.get(ready_key, 0) or 0}/{want} replicas available"
-    if int(status.get("replicas", 0)) > want:
-        return False, "old replicas are still terminating"
-    return True, None
-
-# Of those, the ones a new cluster (a warm standby) fails on at once: its configuration cannot run (a crash
-# loop of an init container too: `generation_failure` looks at the main containers only).
-NEVER_HEALS = ("RunContainerError", "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff")
-
-
-def pod_problem(pod: Obj) -> tuple[bool, str] | None:
-    """(fatal, reason) of the most telling problem of a pod, or None when it is fine or just starting."""
-    status = pod.get("status") or {}
-    for c in status.get("conditions") or []:
-        if c.get("type") == "PodScheduled" and c.get("status") == "False":
-            return False, f"{c.get('reason') or 'Unschedulable'}: {c.get('message', '')}".rstrip(": ")
-    statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
-    for cs in statuses:
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        reason = waiting.get("reason")
-        if reason in FAILING_REASONS:
-            last = ((cs.get("lastState") or {}).get("terminated") or {})
-            extra = f" (last exit: {last.get('reason')}, code {last.get('exitCode')})" if last else ""
-            return True, f"{reason}: {waiting.get('message', '')}{extra}".strip()
-        term = (cs.get("state") or {}).get("terminated") or {}
-        if term.get("reason") == "OOMKilled" or (term and int(term.get("exitCode", 0)) != 0):
-            return True, f"{term.get('reason', 'Error')}: container {cs.get('name')} exited {term.get('exitCode')}"
-    if status.get("phase") == "Failed":
-        return True, f"{status.get('reason', 'Failed')}: {status.get('message', '')}"
-    return None
-
-
-def rewind_warning(root: Obj | None, jobmanager: Obj | None, pods: list[Obj]) -> str | None:
-    """After the fact: a stateful app deployed without HA (before HA was required) whose JobManager
-    container restarted ran its job again from the arguments' --fromSavepoint (or empty), not from its
-    latest checkpoint. Container restarts only: a pod replaced by a drain starts at restartCount 0."""
-    try:
-        spec = json.loads(((root or {}).get("data") or {}).get("flinkapp.json") or "{}").get("spec") or {}
-    except (ValueError, AttributeError):
-        return None
-    if not isinstance(spec, dict) or (spec.get("highAvailability") or {}).get("enabled") \
-            or (spec.get("job") or {}).get("upgradeMode") == "stateless" or jobmanager is None:
-        return None
-    restarts = 0
-    for pod in pods:
-        if _label(pod, r.LABEL_COMPONENT) != "jobmanager" or (pod.get("metadata") or {}).get("deletionTimestamp"):
-            continue
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            if cs.get("name") == r.MAIN_CONTAINER:
-                restarts += int(cs.get("restartCount") or 0)
-    if not restarts:
-        return None
-    containers = ((jobmanager.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or [{}]
-    args = list(containers[0].get("args") or [])
-    origin = f"savepoint {args[args.index('--fromSavepoint') + 1]}" if "--fromSavepoint" in args[:-1] \
-        else "empty state"
-    return (f"the JobManager restarted {restarts} time(s) without highAvailability: each restart ran the job "
-            f"again from {origin}, not from its latest checkpoint, so its state may have rewound. Enable "
-            "spec.highAvailability (required for stateful apps on Kubernetes)")
-
-
-def subset_diff(want: Any, have: Any, path: str = "") -> list[str]:
-    """Where `have` differs from `want`, ignoring fields `want` does not set (server defaults, status)."""
-    if isinstance(want, dict):
-        if not isinstance(have, dict):
-            return [f"{path or '.'}: live {have!r}, rendered a map"]
-        out = []
-        for k, v in want.items():
-            if k not in have:
-                out.append(f"{path}.{k}: missing live")
-            else:
-                out += subset_diff(v, have[k], f"{path}.{k}")
-        return out
-    if isinstance(want, list):
-        if not isinstance(have, list) or len(have) != len(want):
-            return [f"{path}: live has {len(have) if isinstance(have, list) else have!r} items, rendered {len(want)}"]
-        out = []
-        for i, (w, h) in enumerate(zip(want, have, strict=True)):
-            out += subset_diff(w, h, f"{path}[{i}]")
-        return out
-    if want != have and str(want) != str(have):
-        return [f"{path}: live {have!r}, rendered {want!r}"]
-    return []
-
-
-@dataclass
-class _Cluster:
-    """The workloads and pods of one cluster generation of an app."""
-
-    jobmanager: Obj | None = None
-    taskmanager: Obj | None = None
-    pods: list[Obj] = field(default_factory=list)
-
-
-@dataclass
-class _AppView:
-    """Everything one cycle's lists said about one app: its live cluster (the generation the root's pointer
-    names; "" is the first cluster, in application mode) and the others beside it (standby, retired)."""
-
-    namespace: str
-    root: Obj | None = None
-    jobmanager: Obj | None = None
-    taskmanager: Obj | None = None
-    pods: list[Obj] = field(default_factory=list)
-    live_generation: str = ""
-    others: dict[str, _Cluster] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Pointers:
-    """The root's generation pointers: the live cluster, a warm standby, the retired one ("" = the first)."""
-
-    live: str = ""
-    standby: str | None = None
-    retired: str | None = None
-
-    @staticmethod
-    def of(root: Obj | None) -> Pointers:
-        ann = ((root or {}).get("metadata") or {}).get("annotations") or {}
-
-        def gen(v: str | None) -> str | None:
-            return None if v is None else ("" if v == r.BASE else v)
-        return Pointers(live=gen(ann.get(r.ANNOTATION_LIVE)) or "", standby=gen(ann.get(r.ANNOTATION_STANDBY)) or None,
-                        retired=gen(ann.get(r.ANNOTATION_RETIRED)))
-
-    def annotations(self) -> dict[str, str]:
-        out = {r.ANNOTATION_LIVE: self.live or r.BASE}
-        if self.standby:
-            out[r.ANNOTATION_STANDBY] = self.standby
-        if self.retired is not None:
-            out[r.ANNOTATION_RETIRED] = self.retired or r.BASE
-        return out
-
-
-def _label(obj: Obj, key: str) -> str | None:
-    labels: dict[str, str] = (obj.get("metadata") or {}).get("labels") or {}
-    return labels.get(key)
-
-
-def of_generation(objs: list[Obj], generation: str) -> list[Obj]:
-    """The objects of one cluster generation: what a standby adds beside the live cluster (the root
-    ConfigMap and the RBAC objects are the app's, shared by its generations)."""
-    return [o for o in objs if _label(o, r.LABEL_GENERATION) == generation]
 
 
 class KubernetesRuntime:
@@ -433,25 +118,25 @@ class KubernetesRuntime:
         return cls(in_cluster_client(), **kw)
 
     # ---- observe ----
-    def _views(self, namespaces: tuple[str, ...], selector: str) -> dict[str, _AppView]:
-        views: dict[str, _AppView] = {}
+    def _views(self, namespaces: tuple[str, ...], selector: str) -> dict[str, AppView]:
+        views: dict[str, AppView] = {}
         try:
             for ns in namespaces:
                 roots = self.kube.list("ConfigMap", ns, f"{selector},{r.LABEL_COMPONENT}=root")
                 deps = self.kube.list("Deployment", ns, selector)
                 stss = self.kube.list("StatefulSet", ns, selector)
                 pods = self.kube.list("Pod", ns, selector)
-                clusters: dict[str, dict[str, _Cluster]] = {}
+                clusters: dict[str, dict[str, ClusterView]] = {}
                 for obj in roots + deps + stss + pods:
-                    app = _label(obj, r.LABEL_INSTANCE)
+                    app = label(obj, r.LABEL_INSTANCE)
                     if not app:
                         continue
-                    v = views.setdefault(app, _AppView(namespace=ns))
+                    v = views.setdefault(app, AppView(namespace=ns))
                     if obj["kind"] == "ConfigMap":
                         v.root = obj
                         continue
-                    c = clusters.setdefault(app, {}).setdefault(_label(obj, r.LABEL_GENERATION) or "", _Cluster())
-                    comp = (_label(obj, r.LABEL_COMPONENT) or "").removeprefix("session-")
+                    c = clusters.setdefault(app, {}).setdefault(label(obj, r.LABEL_GENERATION) or "", ClusterView())
+                    comp = (label(obj, r.LABEL_COMPONENT) or "").removeprefix("session-")
                     if obj["kind"] == "Pod":
                         c.pods.append(obj)
                     elif comp == "jobmanager":
@@ -461,7 +146,7 @@ class KubernetesRuntime:
                 for app, by_gen in clusters.items():
                     v = views[app]
                     v.live_generation = Pointers.of(v.root).live
-                    live = by_gen.pop(v.live_generation, _Cluster())
+                    live = by_gen.pop(v.live_generation, ClusterView())
                     v.jobmanager, v.taskmanager, v.pods = live.jobmanager, live.taskmanager, live.pods
                     v.others = by_gen
         except (KubernetesApiError, KubernetesUnavailableError) as e:
@@ -478,7 +163,7 @@ class KubernetesRuntime:
             return []
         return evs
 
-    def _info(self, app: str, v: _AppView, events: list[Obj] | None) -> ClusterInfo:
+    def _info(self, app: str, v: AppView, events: list[Obj] | None) -> ClusterInfo:
         info = self._live_info(app, v, events)
         ptr = Pointers.of(v.root)
         # Any cluster beside the live one that is not the retired one is a standby (or what is left of one).
@@ -489,7 +174,7 @@ class KubernetesRuntime:
             info = dataclasses.replace(info, standby_generation=standby, retired_cluster=retired)
         return info
 
-    def _live_info(self, app: str, v: _AppView, events: list[Obj] | None) -> ClusterInfo:
+    def _live_info(self, app: str, v: AppView, events: list[Obj] | None) -> ClusterInfo:
         self._ns_of[app] = v.namespace
         spec_hash = None
         for o in (v.jobmanager, v.root):
@@ -525,7 +210,7 @@ class KubernetesRuntime:
         return ClusterInfo(app=app, phase=ClusterPhase.READY, rest_url=rest, spec_hash=spec_hash,
                            message=rewind_warning(v.root, v.jobmanager, v.pods))
 
-    def _pod_issues(self, v: _AppView, events: list[Obj] | None) -> list[tuple[bool, str]]:
+    def _pod_issues(self, v: AppView, events: list[Obj] | None) -> list[tuple[bool, str]]:
         out: list[tuple[bool, str]] = []
         for pod in v.pods:
             if (pod.get("metadata") or {}).get("deletionTimestamp"):
@@ -553,7 +238,7 @@ class KubernetesRuntime:
         views = self._views(self.namespaces, r.MANAGED_SELECTOR)
         return self._infos(views)
 
-    def _infos(self, views: dict[str, _AppView]) -> dict[str, ClusterInfo]:
+    def _infos(self, views: dict[str, AppView]) -> dict[str, ClusterInfo]:
         infos = {app: self._info(app, v, None) for app, v in views.items()}
         troubled = {views[a].namespace for a, i in infos.items() if i.phase in (ClusterPhase.STARTING,
                                                                                ClusterPhase.FAILED)}
@@ -610,9 +295,9 @@ class KubernetesRuntime:
         for kind in PRUNABLE:
             for obj in self.kube.list(kind, ns, r.app_selector(app.name)):
                 name = obj["metadata"]["name"]
-                if (kind, name) in wanted or _label(obj, r.LABEL_INSTANCE) != app.name:
+                if (kind, name) in wanted or label(obj, r.LABEL_INSTANCE) != app.name:
                     continue
-                if (_label(obj, r.LABEL_GENERATION) or "") != generation:
+                if (label(obj, r.LABEL_GENERATION) or "") != generation:
                     continue
                 if not name.startswith(app.name + "-"):
                     continue
@@ -626,14 +311,14 @@ class KubernetesRuntime:
         if not rendered:
             return []
         ns = rendered[0]["metadata"]["namespace"]
-        app = _label(rendered[0], r.LABEL_INSTANCE) or ""
-        gen = next((g for o in rendered if (g := _label(o, r.LABEL_GENERATION))), "")
+        app = label(rendered[0], r.LABEL_INSTANCE) or ""
+        gen = next((g for o in rendered if (g := label(o, r.LABEL_GENERATION))), "")
         wanted = {(o["kind"], o["metadata"]["name"]) for o in rendered}
         live: dict[tuple[str, str], Obj] = {}
         for kind in sorted({o["kind"] for o in rendered} | set(PRUNABLE)):
             for o in self.kube.list(kind, ns, r.app_selector(app)):
                 key = (kind, o["metadata"]["name"])
-                if (_label(o, r.LABEL_GENERATION) or "") == gen or key in wanted:  # another cluster: not ours
+                if (label(o, r.LABEL_GENERATION) or "") == gen or key in wanted:  # another cluster: not ours
                     live[key] = o
         out = []
         for o in rendered:
@@ -659,7 +344,7 @@ class KubernetesRuntime:
         are the TaskManagers of a cluster that has none yet (they are started for the job, see k8s_render).
         Live TaskManagers are kept in step (scale, config) within their own generation."""
         views = self._views((app.metadata.namespace,), r.app_selector(app.name))
-        view = views.get(app.name) or _AppView(namespace=app.metadata.namespace)
+        view = views.get(app.name) or AppView(namespace=app.metadata.namespace)
         if view.live_generation:
             return self._ensure_session(app, view.live_generation, deadline=deadline)
         live_tm = view.taskmanager
@@ -910,7 +595,7 @@ class KubernetesRuntime:
             self._delete_generation(app, ns, ptr.retired, deadline=deadline, start=start)
         self._set_pointers(app, view.root, dataclasses.replace(ptr, retired=None))
 
-    def _view_of(self, app: str) -> tuple[str, _AppView | None]:
+    def _view_of(self, app: str) -> tuple[str, AppView | None]:
         ns = self._namespace(app)
         views = self._views((ns,) if ns else self.namespaces, r.app_selector(app))
         v = views.get(app)
@@ -976,15 +661,15 @@ class KubernetesRuntime:
         want_tms, slots = app.spec.task_manager.replicas, app.spec.task_manager.slots
         why = "not started"
         while True:
-            view = self._views((ns,), r.app_selector(app.name)).get(app.name) or _AppView(namespace=ns)
-            c = _Cluster(view.jobmanager, view.taskmanager, view.pods) if view.live_generation == generation \
-                else view.others.get(generation, _Cluster())
+            view = self._views((ns,), r.app_selector(app.name)).get(app.name) or AppView(namespace=ns)
+            c = ClusterView(view.jobmanager, view.taskmanager, view.pods) if view.live_generation == generation \
+                else view.others.get(generation, ClusterView())
             for pod in c.pods:
                 fail = generation_failure(pod)
                 if fail is None and (prob := pod_problem(pod)) and prob[1].startswith(NEVER_HEALS):
                     fail = prob[1]  # e.g. Flink's memory check refused the config, or stage-jar found no jar
                 if fail is not None and not pod["metadata"].get("deletionTimestamp"):
-                    comp = "JobManager" if "jobmanager" in (_label(pod, r.LABEL_COMPONENT) or "") else "TaskManager"
+                    comp = "JobManager" if "jobmanager" in (label(pod, r.LABEL_COMPONENT) or "") else "TaskManager"
                     raise PermanentStepError(
                         f"{app.name}: the {comp} of cluster {generation} failed to start after "
                         f"{self.clock.monotonic() - start:.0f}s: pod {pod['metadata'].get('name')}: {fail}")
@@ -1103,14 +788,14 @@ class KubernetesRuntime:
             self._http_token = token
         return self._http
 
-    def _fail_on_crashed_generation(self, app: str, v: _AppView, job_id: str, start: float) -> None:
+    def _fail_on_crashed_generation(self, app: str, v: AppView, job_id: str, start: float) -> None:
         for pod in v.pods:
             meta = pod.get("metadata") or {}
             if meta.get("deletionTimestamp") or (meta.get("annotations") or {}).get(r.ANNOTATION_JOB_ID) != job_id:
                 continue
             why = generation_failure(pod)
             if why is not None:
-                comp = "JobManager" if _label(pod, r.LABEL_COMPONENT) == "jobmanager" else "TaskManager"
+                comp = "JobManager" if label(pod, r.LABEL_COMPONENT) == "jobmanager" else "TaskManager"
                 raise PermanentStepError(
                     f"{app}: the {comp} of job {job_id} failed to start after "
                     f"{self.clock.monotonic() - start:.0f}s: pod {meta.get('name')}: {why}")
@@ -1130,7 +815,7 @@ class KubernetesRuntime:
         start = self.clock.monotonic() if start is None else start
         while True:
             views = self._views((app.metadata.namespace,), r.app_selector(app.name))
-            v = views.get(app.name) or _AppView(namespace=app.metadata.namespace)
+            v = views.get(app.name) or AppView(namespace=app.metadata.namespace)
             if generation is not None:
                 self._fail_on_crashed_generation(app.name, v, generation, start)
             info = self._infos({app.name: v})[app.name]
@@ -1146,12 +831,6 @@ class KubernetesRuntime:
                 raise DeadlineExceededError(f"{app.name}: {what} after {now - start:.0f}s: {reason}")
             self.clock.sleep(min(self.poll_interval, max(0.0, deadline - now)))
 
-
-def taskmanager_generation(workload: Obj | None) -> str | None:
-    """The job id the live TaskManagers were started for (None: none live, or rendered before generations)."""
-    meta = ((((workload or {}).get("spec") or {}).get("template") or {}).get("metadata") or {})
-    job: str | None = (meta.get("annotations") or {}).get(r.ANNOTATION_JOB_ID)
-    return job
 
 
 # ---- leader election -----------------------------------------------------------------------------

@@ -1,0 +1,71 @@
+"""An app's cluster generations on Kubernetes: the root's pointers and what one cycle's lists say of each.
+
+An app has its live cluster and, around a warm standby, a standby and a retired one, told apart by a
+generation label ("" is the first cluster, in application mode). The root ConfigMap's annotations point
+at the live, standby and retired generations, so moving an app between clusters is one write of those
+pointers. The runtime's lifecycle and the warm standby both read an app through these views.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from reconciler.live import k8s_render as r
+from reconciler.live.k8s_render import Obj
+from reconciler.live.k8s_status import label
+
+
+@dataclass
+class ClusterView:
+    """The workloads and pods of one cluster generation of an app."""
+
+    jobmanager: Obj | None = None
+    taskmanager: Obj | None = None
+    pods: list[Obj] = field(default_factory=list)
+
+
+@dataclass
+class AppView:
+    """Everything one cycle's lists said about one app: its live cluster (the generation the root's pointer
+    names; "" is the first cluster, in application mode) and the others beside it (standby, retired)."""
+
+    namespace: str
+    root: Obj | None = None
+    jobmanager: Obj | None = None
+    taskmanager: Obj | None = None
+    pods: list[Obj] = field(default_factory=list)
+    live_generation: str = ""
+    others: dict[str, ClusterView] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Pointers:
+    """The root's generation pointers: the live cluster, a warm standby, the retired one ("" = the first)."""
+
+    live: str = ""
+    standby: str | None = None
+    retired: str | None = None
+
+    @staticmethod
+    def of(root: Obj | None) -> Pointers:
+        ann = ((root or {}).get("metadata") or {}).get("annotations") or {}
+
+        def gen(v: str | None) -> str | None:
+            return None if v is None else ("" if v == r.BASE else v)
+        return Pointers(live=gen(ann.get(r.ANNOTATION_LIVE)) or "", standby=gen(ann.get(r.ANNOTATION_STANDBY)) or None,
+                        retired=gen(ann.get(r.ANNOTATION_RETIRED)))
+
+    def annotations(self) -> dict[str, str]:
+        out = {r.ANNOTATION_LIVE: self.live or r.BASE}
+        if self.standby:
+            out[r.ANNOTATION_STANDBY] = self.standby
+        if self.retired is not None:
+            out[r.ANNOTATION_RETIRED] = self.retired or r.BASE
+        return out
+
+
+def of_generation(objs: list[Obj], generation: str) -> list[Obj]:
+    """The objects of one cluster generation: what a standby adds beside the live cluster (the root
+    ConfigMap and the RBAC objects are the app's, shared by its generations)."""
+    return [o for o in objs if label(o, r.LABEL_GENERATION) == generation]
+
