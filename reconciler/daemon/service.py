@@ -43,7 +43,7 @@ from reconciler.spec.model import ChangeClass, FlinkApp
 from reconciler.spec.policy import SpecPolicy
 
 if TYPE_CHECKING:
-    from reconciler.live.kubernetes import LeaseElector
+    from reconciler.live.k8s_lease import LeaseElector
 
 log = logging.getLogger(__name__)
 
@@ -556,7 +556,8 @@ def _leader_election(settings: Settings, runtime: Runtime | None, clock: Clock
     Returns (the LeaseElector or None, a function that stops it)."""
     if not settings.leader_election:
         return None, None
-    from reconciler.live.kubernetes import KubernetesRuntime, LeaseElector
+    from reconciler.live.k8s_lease import LeaseElector
+    from reconciler.live.kubernetes import KubernetesRuntime
 
     if not isinstance(runtime, KubernetesRuntime):
         raise ConfigError("leader_election needs runtime: kubernetes")

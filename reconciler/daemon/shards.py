@@ -133,7 +133,7 @@ class ShardLeases:
     def __init__(self, api_client: Any, *, clock: Clock, namespace: str, lease_name: str, shards: int,
                  identity: str, lease_duration: float = 15.0, renew_deadline: float = 10.0,
                  retry_period: float = 2.0) -> None:
-        from reconciler.live.kubernetes import LeaseElector
+        from reconciler.live.k8s_lease import LeaseElector
 
         class _Elector(LeaseElector):
             def observe(self, lease: dict[str, Any] | None) -> None:

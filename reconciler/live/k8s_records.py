@@ -22,7 +22,7 @@ from typing import Any
 
 from reconciler.errors import FencedError, JournalError, RecordConflictError
 from reconciler.live.k8s_api import Kube, KubernetesApiError, KubernetesUnavailableError
-from reconciler.live.kubernetes import LeaseElector
+from reconciler.live.k8s_lease import LeaseElector
 from reconciler.live.records import Doc, StoredRecord, decode, encode, safe_name
 
 DATA_KEY = "record.json"
