@@ -30,7 +30,7 @@ from reconciler.live.k8s_records import (
     lease_fence,
     record_name,
 )
-from reconciler.live.kubernetes import KubernetesRuntime
+from reconciler.live.k8s_runtime import KubernetesRuntime
 from reconciler.live.records import Doc, StoredRecord
 from reconciler.source.git import GitSource
 from tests.gitutil import Repo

@@ -19,8 +19,8 @@ from reconciler.errors import PermanentStepError
 from reconciler.live import k8s_render as r
 from reconciler.live.k8s_generations import Pointers
 from reconciler.live.k8s_quota import quantity
+from reconciler.live.k8s_runtime import KubernetesRuntime
 from reconciler.live.k8s_status import HA_CONFIGMAP_SELECTOR, ha_configmap_cluster_id
-from reconciler.live.kubernetes import KubernetesRuntime
 from reconciler.live.ports import StandbyRuntime
 from reconciler.source.git import GitSource
 from reconciler.spec.model import FlinkApp
