@@ -1,7 +1,7 @@
 """Leader election on a Kubernetes Lease: which replica of the reconciler may act on the apps.
 
-Kept beside the API client rather than in the runtime: the daemon's election, the shard leases and the
-fencing of record writes (k8s_records) all hold one, whether or not a runtime is built.
+Its own module, not part of the runtime: the daemon's election, the shard leases (daemon/shards.py) and
+the fencing of record writes (k8s_records) use it, and none of them runs an app's cluster.
 """
 
 from __future__ import annotations
