@@ -239,7 +239,7 @@ def takeover(root: Path, n: int, shards: int, *, changed: int = 50) -> dict[str,
     from kubernetes import client as k8s_client
 
     from reconciler.daemon.shards import shard_of
-    from reconciler.live.kubernetes import Kube
+    from reconciler.live.k8s_api import Kube
     from tests.kubernetes.standin import Standin
 
     ns = "flink-reconciler"

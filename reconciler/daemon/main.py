@@ -53,7 +53,7 @@ def make_auto_sharded(settings: Settings, metrics: Metrics | None, clock: Clock)
         make_runtime,
         make_source,
     )
-    from reconciler.live.kubernetes import KubernetesRuntime
+    from reconciler.live.k8s_runtime import KubernetesRuntime
     from reconciler.spec.policy import SpecPolicy
 
     if settings.runtime != "kubernetes":

@@ -45,7 +45,7 @@ from reconciler.spec.model import ChangeClass, FlinkApp, JobState
 from reconciler.spec.policy import SpecPolicy
 
 if TYPE_CHECKING:
-    from reconciler.live.kubernetes import LeaseElector
+    from reconciler.live.k8s_lease import LeaseElector
 
 log = logging.getLogger(__name__)
 
@@ -616,7 +616,7 @@ def make_runtime(settings: Settings, clock: Clock) -> Runtime | None:
         return LocalRuntime(settings.state_dir, clock=clock)
     import os
 
-    from reconciler.live.kubernetes import KubernetesRuntime
+    from reconciler.live.k8s_runtime import KubernetesRuntime
 
     kw: dict[str, Any] = {"clock": clock, "namespaces": settings.namespaces, "rest_via": settings.rest_via}
     if settings.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -662,7 +662,8 @@ def _leader_election(settings: Settings, runtime: Runtime | None, clock: Clock
     Returns (the LeaseElector or None, a function that stops it)."""
     if not settings.leader_election:
         return None, None
-    from reconciler.live.kubernetes import KubernetesRuntime, LeaseElector
+    from reconciler.live.k8s_lease import LeaseElector
+    from reconciler.live.k8s_runtime import KubernetesRuntime
 
     if not isinstance(runtime, KubernetesRuntime):
         raise ConfigError("leader_election needs runtime: kubernetes")
@@ -697,7 +698,7 @@ def make_record_store(settings: Settings, runtime: Runtime | None,
     leader Lease when there is one), files beside the clusters for the local runtime."""
     # A KubernetesRuntime exists only once its module is imported: a local or dry-run daemon does not pay
     # for importing the kubernetes client (a fifth of its start-up imports) just to ask.
-    k8s = sys.modules.get("reconciler.live.kubernetes")
+    k8s = sys.modules.get("reconciler.live.k8s_runtime")
     if k8s is not None and isinstance(runtime, k8s.KubernetesRuntime):
         from reconciler.live.k8s_records import ConfigMapRecordStore, lease_fence
 

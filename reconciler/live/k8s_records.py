@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from reconciler.errors import FencedError, JournalError, RecordConflictError
-from reconciler.live.kubernetes import Kube, KubernetesApiError, KubernetesUnavailableError, LeaseElector
+from reconciler.live.k8s_api import Kube, KubernetesApiError, KubernetesUnavailableError
+from reconciler.live.k8s_lease import LeaseElector
 from reconciler.live.records import BrokenRecord, Doc, Read, StoredRecord, decode, encode, safe_name
 
 DATA_KEY = "record.json"

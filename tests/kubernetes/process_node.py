@@ -70,7 +70,7 @@ from typing import Any
 import httpx
 from kubernetes import client as k8s_client
 
-from reconciler.live.kubernetes import Kube, KubernetesApiError, KubernetesUnavailableError
+from reconciler.live.k8s_api import Kube, KubernetesApiError, KubernetesUnavailableError
 from reconciler.live.local_config import FAST_START_FLAGS, FlinkDist
 
 log = logging.getLogger(__name__)

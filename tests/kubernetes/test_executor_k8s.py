@@ -36,7 +36,8 @@ from reconciler.core.observed import ClusterPhase, Outcome
 from reconciler.core.plan import Action, AppPlan, EnsureCluster, StartJob, describe_step
 from reconciler.core.planner import Desired, PlanInput, Policy, plan
 from reconciler.live import k8s_render as r
-from reconciler.live.kubernetes import KubernetesRuntime, workload_ready
+from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.live.k8s_status import workload_ready
 from reconciler.live.observe import observe
 from reconciler.spec.model import FlinkApp
 from tests.kubernetes.apps import app

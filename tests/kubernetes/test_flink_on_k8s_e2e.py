@@ -61,8 +61,9 @@ from reconciler.core.plan import Action, AppPlan, StartJob
 from reconciler.core.planner import Desired, PlanInput, Policy, plan
 from reconciler.errors import RenderError
 from reconciler.live import k8s_render as r
+from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.live.k8s_status import HA_CONFIGMAP_SELECTOR, ha_configmap_cluster_id
 from reconciler.live.k8s_storage import kubernetes_spec_problems
-from reconciler.live.kubernetes import HA_CONFIGMAP_SELECTOR, KubernetesRuntime, ha_configmap_cluster_id
 from reconciler.live.observe import observe
 from reconciler.live.ports import ClusterInfo
 from reconciler.spec.model import FlinkApp

@@ -22,6 +22,7 @@ from reconciler.core.plan import Action
 from reconciler.daemon.service import Reconciler
 from reconciler.errors import FencedError, JournalError, RecordConflictError
 from reconciler.live import k8s_render as r
+from reconciler.live.k8s_lease import LeaseElector
 from reconciler.live.k8s_records import (
     ANNOTATION_FENCE,
     ConfigMapRecordStore,
@@ -29,7 +30,7 @@ from reconciler.live.k8s_records import (
     lease_fence,
     record_name,
 )
-from reconciler.live.kubernetes import KubernetesRuntime, LeaseElector
+from reconciler.live.k8s_runtime import KubernetesRuntime
 from reconciler.live.records import Doc, Read, StoredRecord
 from reconciler.source.git import GitSource
 from tests.gitutil import Repo

@@ -18,14 +18,9 @@ import pytest
 from reconciler.core.observed import ClusterPhase
 from reconciler.errors import DeadlineExceededError, PermanentStepError
 from reconciler.live import k8s_render as r
-from reconciler.live.kubernetes import (
-    ApplyConflictError,
-    KubernetesRuntime,
-    generation_failure,
-    pod_problem,
-    rewind_warning,
-    workload_ready,
-)
+from reconciler.live.k8s_api import ApplyConflictError
+from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.live.k8s_status import generation_failure, pod_problem, rewind_warning, workload_ready
 from reconciler.spec.model import FlinkApp
 from tests.kubernetes.apps import app
 from tests.kubernetes.conftest import Cluster

@@ -12,8 +12,9 @@ import pytest
 
 from reconciler.clock import SystemClock
 from reconciler.core.plan import Action
-from reconciler.daemon.service import make_reconciler
-from reconciler.live.kubernetes import KubernetesRuntime
+from reconciler.daemon.service import make_reconciler, make_record_store, make_runtime
+from reconciler.live.k8s_records import ConfigMapRecordStore
+from reconciler.live.k8s_runtime import KubernetesRuntime
 from reconciler.settings import load_settings
 from tests.gitutil import Repo, spec
 from tests.kubernetes.conftest import KUBECONFIG, Cluster
@@ -42,6 +43,16 @@ def _wait(probe: Callable[[], bool], timeout: float = 15.0) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def test_a_kubernetes_runtime_keeps_its_records_in_configmaps(cluster: Cluster, tmp_path: Path) -> None:
+    """make_record_store recognises a KubernetesRuntime by its module's name (so as not to import it for a local
+    daemon): a renamed module must not quietly send the records to the pod's own disk."""
+    settings = load_settings({"runtime": "kubernetes", "kubeconfig": str(_kubeconfig(cluster, tmp_path)),
+                              "namespaces": cluster.namespace, "state_dir": str(tmp_path / "state")})
+    runtime = make_runtime(settings, SystemClock())
+    assert isinstance(runtime, KubernetesRuntime)
+    assert isinstance(make_record_store(settings, runtime), ConfigMapRecordStore)
 
 
 def test_settings_build_a_kubernetes_reconciler_and_one_leader(cluster: Cluster, tmp_path: Path,
