@@ -539,8 +539,10 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     if prepared.plan.apps[0].action.value == "blocked":
         return EXIT_ERROR
     if args.write_commit:
+        checkout = rec.source.checkout_of_branch()
         sha = rollback.write_commit(rec, prepared)
-        print(f"\ncommitted {sha[:12]} on {rec.source.branch} and pushed: {args.app} at {prepared.revision[:12]}'s "
+        where = "and pushed" if checkout is None else f"in {checkout} (checked out there: work tree updated)"
+        print(f"\ncommitted {sha[:12]} on {rec.source.branch} {where}: {args.app} at {prepared.revision[:12]}'s "
               f"spec with initialSavepointPath {prepared.point.savepoint.path}; the daemon (or `flink-reconciler "
               "apply`) redeploys it")
         return EXIT_OK

@@ -38,9 +38,7 @@ FAST = 4  # B and C count this many times faster than A (whose job SLACK is abou
 @pytest.fixture(scope="module")
 def e2e(counter_jar: Path, flink_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
     root = tmp_path_factory.mktemp("rollback-e2e")
-    repo = Repo(root)
-    # `--write-commit` pushes to the repository the reconciler follows: this working copy.
-    git(repo.work, "config", "receive.denyCurrentBranch", "updateInstead")
+    repo = Repo(root)  # `--write-commit` commits to the repository the reconciler follows: this checkout of main
     with running_counter(repo, counter_jar, flink_home, "A: counter app") as env:
         yield env
 
@@ -134,7 +132,8 @@ def test_write_commit_is_applied_with_the_same_result(e2e: E2E, history: dict[st
     assert code == 0, out
     sha = git(e2e.repo.work, "rev-parse", "HEAD")
     assert sha != tip and git(e2e.repo.work, "rev-parse", "HEAD~1") == tip
-    assert f"committed {sha[:12]} on main and pushed" in out
+    assert f"committed {sha[:12]} on main in {e2e.repo.work} (checked out there: work tree updated)" in out
+    assert git(e2e.repo.work, "status", "--porcelain") == ""
     spec = (e2e.repo.work / SPEC_FILE).read_text()
     assert f"initialSavepointPath: {sp1}" in spec and "savepointRedeployNonce: 1" in spec
     assert git(e2e.repo.work, "diff", "--name-only", a, sha) == SPEC_FILE
