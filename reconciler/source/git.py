@@ -35,6 +35,7 @@ from pydantic import SecretStr
 
 from reconciler.errors import SourceAuthError, SourceError, SourceUnreachableError
 from reconciler.spec.load import Unreadable
+from reconciler.spec.model import repo_jar_path
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +347,12 @@ class GitSource:
         return {p for p in paths if not prefix or p == prefix or p.startswith(prefix + "/")}
 
     def materialize(self, rev: str, path: str, dest_dir: Path) -> Path:
-        """Write the blob at rev:path into dest_dir once, named by blob sha (e.g. a job jar in Git)."""
+        """Write the blob at rev:path into dest_dir once, named by blob sha (e.g. a job jar in Git).
+        `path` is read as a jarURI is: `jobs/./x.jar` and `jobs/sub/../x.jar` name `jobs/x.jar`."""
+        try:
+            path = repo_jar_path(path) or path
+        except ValueError as e:
+            raise SourceError(f"cannot read {path!r}: {e}") from None
         sha = self.resolve(rev)
         status, out, _ = self._exec(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{sha}:{path}"])
         blob = out.decode().strip()
