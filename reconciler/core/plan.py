@@ -255,6 +255,14 @@ class AppPlan(_Frozen):
     previous: dict[str, Any] | None = None  # what ran before (the rollback target)
     source_file: str | None = None
     upgrade_mode: str | None = None
+    # What the execution is, when its action alone does not say: "rollback" (`rollback APP --to REV`, an
+    # upgrade to REV's spec). History and lineage name the execution by it.
+    purpose: Literal["rollback"] | None = None
+
+    @property
+    def label(self) -> str:
+        """The name history gives this execution: its purpose, else its action."""
+        return self.purpose or self.action.value
 
     @property
     def changes(self) -> bool:
