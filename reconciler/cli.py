@@ -627,10 +627,12 @@ def cmd_history(args: argparse.Namespace) -> int:
                           "lineage": [_lineage_json(e) for e in lineage]}, indent=2, default=str))
         return EXIT_OK
     print(f"lineage of {args.app} (per execution: the savepoints it took, the state its job started from):")
+    width = max((len(e.action) for e in lineage), default=0)  # `upgrade -> rolled back` is wider than most
     for e in lineage:
         took = f"took {', '.join(e.savepoints)}; " if e.savepoints else ""
         started = "started no job" if e.restored_from is None else f"started from {e.restored_from or 'empty state'}"
-        print(f"  {e.at:%Y-%m-%d %H:%M:%S}  {e.revision[:12]:12}  {e.action:9} {e.outcome.value:8} {took}{started}")
+        print(f"  {e.at:%Y-%m-%d %H:%M:%S}  {e.revision[:12]:12}  {e.action:{max(width, 9)}} {e.outcome.value:8} "
+              f"{took}{started}")
     print(f"transitions of {args.app}:")
     for t in transitions:
         outcome = t.outcome.value if t.outcome else ""
@@ -665,8 +667,10 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     if prepared.plan.apps[0].action.value == "blocked":
         return EXIT_ERROR
     if args.write_commit:
+        checkout = rec.source.checkout_of_branch()
         sha = rollback.write_commit(rec, prepared)
-        print(f"\ncommitted {sha[:12]} on {rec.source.branch} and pushed: {args.app} at {prepared.revision[:12]}'s "
+        where = "and pushed" if checkout is None else f"in {checkout} (checked out there: work tree updated)"
+        print(f"\ncommitted {sha[:12]} on {rec.source.branch} {where}: {args.app} at {prepared.revision[:12]}'s "
               f"spec with initialSavepointPath {prepared.point.savepoint.path}; the daemon (or `flink-reconciler "
               "apply`) redeploys it")
         return EXIT_OK

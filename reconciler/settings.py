@@ -160,8 +160,10 @@ class Settings(BaseSettings):
     @field_validator("state_dir")
     @classmethod
     def _usable_state_dir(cls, value: Path) -> Path:
-        """A state dir that is a file (or under one) fails here, with its name, not later in a traceback."""
-        path = value.expanduser()
+        """A state dir that is a file (or under one) fails here, with its name, not later in a traceback.
+        Made absolute: Flink's JVMs run in directories of their own, so a relative `--state-dir demo/state`
+        (as the README types it) would name another place for them."""
+        path = value.expanduser().absolute()
         for p in (path, *path.absolute().parents):
             if p.exists() or p.is_symlink():
                 if not p.is_dir():

@@ -392,7 +392,7 @@ class Executor:
                 for sp in self.journal.prune_savepoints(run.app, retention.retain, max_age=retention.max_age,
                                                         disposer=lambda: self.runtime.flink(run.app)):
                     log.info("%s: pruned savepoint %s (retain %d)", run.app, sp.path, retention.retain)
-        message = f"{plan.action.value} applied at {run.revision[:12]}"
+        message = f"{plan.label} applied at {run.revision[:12]}"
         if isinstance(job_id, str):
             message += f"; job {job_id} running"
         return self._finish(run, Outcome.SUCCESS, failed_step=None, message=message, job_id=job_id,
@@ -448,7 +448,8 @@ class Executor:
     ) -> AppResult:
         inf = self.journal.inflight(run.app)
         savepoint = inf.captured_path if inf is not None else None
-        lineage = self.journal.finish(run.app, outcome, message, applied_spec=applied_spec, job_id=job_id)
+        lineage = self.journal.finish(run.app, outcome, message, applied_spec=applied_spec, job_id=job_id,
+                                      rolled_back=rolled_back)
         return AppResult(
             app=run.app, action=run.plan.action, outcome=outcome, failed_step=failed_step, message=message,
             rolled_back=rolled_back, savepoint=savepoint, job_id=job_id if isinstance(job_id, str) else None,

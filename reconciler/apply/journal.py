@@ -434,7 +434,7 @@ class Journal:
                 "revision": revision, "plan": app_plan.model_dump(mode="json"), "stage": Stage.FORWARD.value,
                 "step_index": 0, "phase": StepPhase.PENDING.value, "started_at": now, "updated_at": now,
             }
-            self._transition(doc, revision, app_plan.action.value, outcome=Outcome.PENDING, message=app_plan.reason)
+            self._transition(doc, revision, app_plan.label, outcome=Outcome.PENDING, message=app_plan.reason)
 
         self._update(app, fn)
 
@@ -535,12 +535,15 @@ class Journal:
         *,
         applied_spec: dict[str, Any] | None,
         job_id: str | Keep | None = KEEP,
+        rolled_back: bool = False,
     ) -> Lineage | None:
         """End the execution. Flux-style: the applied revision/spec move only on success (and only
         when `applied_spec` is given); the attempted revision was recorded by `begin`.
 
         Returns the execution's lineage (what its job restored, which savepoints it took), also kept in
-        the record. An app forgotten by its own plan (ForgetApp) gets a history line and no new record."""
+        the record, under the plan's label (`upgrade`, `rollback`, ...; `upgrade -> rolled back` when the
+        failure path put the previous spec back). An app forgotten by its own plan (ForgetApp) gets a
+        history line and no new record."""
 
         def fn(doc: Doc) -> Lineage | None:
             f = doc.get("inflight")
@@ -549,7 +552,7 @@ class Journal:
             doc["inflight"] = None
             lineage = None
             if f:
-                lineage = self._lineage(doc, f, outcome, job_id)
+                lineage = self._lineage(doc, f, outcome, job_id, rolled_back=rolled_back)
             if not doc.get("forgotten"):
                 r.update(last_outcome=outcome.value, last_message=message)
                 if outcome is Outcome.SUCCESS and applied_spec is not None:
@@ -561,13 +564,15 @@ class Journal:
 
         return self._update(app, fn, create=False)
 
-    def _lineage(self, doc: Doc, f: Doc, outcome: Outcome, job_id: str | Keep | None) -> Lineage:
+    def _lineage(self, doc: Doc, f: Doc, outcome: Outcome, job_id: str | Keep | None, *,
+                 rolled_back: bool = False) -> Lineage:
         started = datetime.fromisoformat(f["started_at"])
         produced = tuple(sp.path for sp in _savepoints(doc) if sp.revision == f["revision"] and (
             sp.taken_at >= started or sp.path == f.get("captured_path")))
         plan = f.get("plan") or {}
+        action = str(plan.get("purpose") or plan.get("action", "?")) + (" -> rolled back" if rolled_back else "")
         entry = Lineage(
-            revision=f["revision"], at=started, action=str(plan.get("action", "?")), outcome=outcome,
+            revision=f["revision"], at=started, action=action, outcome=outcome,
             restored_from=f.get("restored_from"), savepoints=produced,
             job_id=job_id if isinstance(job_id, str) else None,
         )

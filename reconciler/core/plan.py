@@ -259,6 +259,14 @@ class AppPlan(_Frozen):
     # A repair (or the wait before one): what failed — taskmanager | jobmanager | cluster | job. Metrics count
     # repairs by it (flink_reconciler_repairs_total{kind}).
     repair: str | None = None
+    # What the execution is, when its action alone does not say: "rollback" (`rollback APP --to REV`, an
+    # upgrade to REV's spec). History and lineage name the execution by it.
+    purpose: Literal["rollback"] | None = None
+
+    @property
+    def label(self) -> str:
+        """The name history gives this execution: its purpose, else its action."""
+        return self.purpose or self.action.value
 
     @property
     def changes(self) -> bool:

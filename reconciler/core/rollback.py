@@ -219,7 +219,7 @@ def plan_rollback(*, app: str, revision: str, target: FlinkApp, current: FlinkAp
         back = deterministic_job_id(app, revision, attempt, purpose=ROLLBACK_PURPOSE + "-undo")
         rollback = tuple(start_steps(current, SpecRef.PREVIOUS, CAPTURED, back, start_s=start_s,
                                               healthy_s=healthy_s))
-    ap = AppPlan(**base, action=Action.UPGRADE, reason=reason, risks=risks, steps=tuple(steps),
+    ap = AppPlan(**base, action=Action.UPGRADE, purpose="rollback", reason=reason, risks=risks, steps=tuple(steps),
                  rollback_after=0 if rollback else None, rollback=rollback)
     return _plan(revision, live, ap)
 

@@ -35,6 +35,7 @@ from pydantic import SecretStr
 
 from reconciler.errors import SourceAuthError, SourceError, SourceUnreachableError
 from reconciler.spec.load import Unreadable
+from reconciler.spec.model import repo_jar_path
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +347,12 @@ class GitSource:
         return {p for p in paths if not prefix or p == prefix or p.startswith(prefix + "/")}
 
     def materialize(self, rev: str, path: str, dest_dir: Path) -> Path:
-        """Write the blob at rev:path into dest_dir once, named by blob sha (e.g. a job jar in Git)."""
+        """Write the blob at rev:path into dest_dir once, named by blob sha (e.g. a job jar in Git).
+        `path` is read as a jarURI is: `jobs/./x.jar` and `jobs/sub/../x.jar` name `jobs/x.jar`."""
+        try:
+            path = repo_jar_path(path) or path
+        except ValueError as e:
+            raise SourceError(f"cannot read {path!r}: {e}") from None
         sha = self.resolve(rev)
         status, out, _ = self._exec(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{sha}:{path}"])
         blob = out.decode().strip()
@@ -710,11 +716,22 @@ class GitSource:
 
     def push_commit(self, sha: str) -> None:
         """Publish `sha` as the new tip of the tracked branch, fast-forward only: a branch that moved
-        meanwhile is never overwritten (SourceError: run again on the new tip)."""
+        meanwhile is never overwritten (SourceError: run again on the new tip).
+
+        When origin is a local working copy with the branch checked out (the user's own checkout), the
+        commit goes there only when that work tree is clean (SourceError naming the changed files
+        otherwise), and its work tree and index are moved to the commit as `git merge --ff-only` would:
+        git's own push-to-checkout (`receive.denyCurrentBranch=updateInstead`), given for this one push
+        and never written to the repository's config."""
         with self._lock:
             self._require_repo()
-            status, out, err = self._exec(["push", "--porcelain", "origin", f"{sha}:refs/heads/{self.branch}"],
-                                          network=True)
+            checkout = self.checkout_of_branch()
+            receive: list[str] = []
+            if checkout is not None:
+                self._require_clean(checkout, sha)
+                receive = ["--receive-pack", "git -c receive.denyCurrentBranch=updateInstead receive-pack"]
+            status, out, err = self._exec(["push", "--porcelain", *receive, "origin",
+                                           f"{sha}:refs/heads/{self.branch}"], network=True)
             if status != 0:
                 if _lost_race(out, err):
                     raise SourceError(f"branch {self.branch!r} on {self._url} moved while the commit was written; "
@@ -722,7 +739,60 @@ class GitSource:
                 raise self._classify(f"push to {self._url}", err)
             self._run(["update-ref", f"refs/heads/{self.branch}", sha], what="update the branch")
 
+    def checkout_of_branch(self) -> Path | None:
+        """The work tree that has the tracked branch checked out, when origin is a local non-bare
+        repository (a user's own clone, or the README's demo repository); None otherwise."""
+        if not self._is_local:
+            return None
+        path = unquote(urlsplit(self._url).path) if self._url.startswith("file://") else self._url
+        status, out, _ = self._exec_in(Path(path), ["worktree", "list", "--porcelain"])  # no -z: git < 2.36
+        if status != 0:
+            return None
+        for block in out.decode("utf-8", "surrogateescape").split("\n\n"):
+            fields = dict(line.partition(" ")[::2] for line in block.splitlines() if line)
+            if fields.get("branch") == f"refs/heads/{self.branch}" and "bare" not in fields and "worktree" in fields:
+                return Path(fields["worktree"])
+        return None
 
+    def _require_clean(self, work_tree: Path, sha: str) -> None:
+        """Refuse to move a checked-out branch over changes a user has not committed: tracked files that
+        differ from HEAD (staged or not), and untracked files where the commit writes."""
+        written = set(self._run(["diff-tree", "-r", "-z", "--name-only", "--no-commit-id", f"{sha}^", sha],
+                                what="list the changed files").decode("utf-8", "surrogateescape").split("\0"))
+        status, out, err = self._exec_in(work_tree, ["--no-optional-locks", "status", "--porcelain=v1", "-z",
+                                                     "--untracked-files=all"])
+        if status != 0:
+            raise SourceError(f"cannot read the status of {work_tree}: {err.strip()}")
+        dirty: list[str] = []
+        entries = iter(out.decode("utf-8", "surrogateescape").split("\0"))
+        for entry in entries:
+            if not entry:
+                continue
+            code, name = entry[:2], entry[3:]
+            if code[0] in "RC":
+                next(entries, None)  # a rename's or copy's source path follows
+            if code != "??" or name in written:
+                dirty.append(f"{name} ({_CHANGE.get(code[1] if code[1] != ' ' else code[0], code.strip())})")
+        if dirty:
+            shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
+            raise SourceError(f"branch {self.branch!r} is checked out in {work_tree} and its work tree is not "
+                              f"clean: {shown}; nothing was committed: commit or stash these changes, then run "
+                              "the command again")
+
+    def _exec_in(self, work: Path, args: Sequence[str]) -> tuple[int, bytes, str]:
+        """Run git in the user's repository at `work` (not the cache); never raises for a non-zero exit."""
+        try:
+            status, out, err = self._git.execute(
+                ["git", "-C", str(work), *args], with_extended_output=True, with_exceptions=False,
+                stdout_as_string=False, strip_newline_in_stdout=False, env=self._env(False))
+        except git.GitCommandNotFound as e:
+            raise SourceError(f"git is not installed or not runnable: {e}") from None
+        assert isinstance(out, bytes)
+        return int(status), out, str(err)
+
+
+_CHANGE = {"M": "modified", "T": "modified", "A": "added", "D": "deleted", "R": "renamed", "C": "copied",
+           "U": "unmerged", "?": "untracked"}
 _SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
 _URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.IGNORECASE)
 _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")

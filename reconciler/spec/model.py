@@ -45,6 +45,29 @@ MAX_DURATION = timedelta(days=365)  # a deadline or an age beyond a year is a ty
 MAX_NONCE = 2**63 - 1  # nonces travel as Kubernetes annotations and Java longs
 
 
+def repo_jar_path(uri: str) -> str | None:
+    """The repository path a jarURI names, normalised (`jobs/./x.jar`, `jobs/sub/../x.jar` -> `jobs/x.jar`);
+    None when it is not a repository path (a scheme://, or an absolute path on the reconciler's host).
+    Raises ValueError when it names no file inside the repository (`../x.jar`, `jobs/../../x.jar`, `.`):
+    Git holds only what is inside it, so such a spec could never be applied."""
+    if "://" in uri or uri.startswith("/"):
+        return None
+    parts: list[str] = []
+    for part in uri.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not parts:
+                raise ValueError(f"{uri!r} leaves the repository: a relative jarURI is a path inside the "
+                                 "repository, and '..' here goes above its root")
+            parts.pop()
+        else:
+            parts.append(part)
+    if not parts:
+        raise ValueError(f"{uri!r} names the repository root, not a jar file in it")
+    return "/".join(parts)
+
+
 def valid_name(value: str) -> bool:
     """An app name (or namespace): a DNS-1123 label of at most MAX_NAME_LENGTH characters."""
     return len(value) <= MAX_NAME_LENGTH and NAME_RE.fullmatch(value) is not None
@@ -265,7 +288,8 @@ class HighAvailability(_Model):
 class JobSpec(_Model):
     jar_uri: str = change(
         ChangeClass.UPGRADE,
-        "The job jar: a path relative to the repository root, file://, local:// (inside the image) or http(s)://.",
+        "The job jar: a path inside the repository, relative to its root ('..' may not leave it), file://, local:// "
+        "(inside the image) or http(s)://.",
         alias="jarURI",
     )
     jar_sha256: str | None = change(
@@ -306,6 +330,12 @@ class JobSpec(_Model):
         "Change to redeploy from initialSavepointPath, discarding the current state (or empty state if unset).",
         default=None, ge=-MAX_NONCE, le=MAX_NONCE,
     )
+    @field_validator("jar_uri")
+    @classmethod
+    def _inside_the_repository(cls, v: str) -> str:
+        # Normalised: `jobs/./x.jar` is `jobs/x.jar` (the same file: rewriting one as the other is no change).
+        return repo_jar_path(v) or v
+
     @field_validator("args", mode="before")
     @classmethod
     def _args_as_text(cls, v: Any) -> Any:

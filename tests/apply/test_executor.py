@@ -323,6 +323,35 @@ def test_a_rejected_submit_rolls_back_to_the_previous_spec_from_the_fresh_savepo
     assert [t for t, _ in result.step_timings] == [
         "StopWithSavepoint", "EnsureCluster", "StartJob",
         "rollback:EnsureCluster", "rollback:StartJob", "rollback:AwaitRunning"]
+    # History says what happened: the upgrade was rolled back, and why.
+    mine = [(t.action, t.outcome, t.message) for t in world.journal.history("orders") if t.revision == REV]
+    assert [(a, o) for a, o, _ in mine] == [("upgrade", Outcome.PENDING), ("savepoint", None),
+                                            ("rollback", Outcome.PENDING), ("finish", Outcome.FAILURE)]
+    assert mine[2][2] == f"{result.failed_step} failed: " + result.message.split(" failed: ", 1)[1]
+    assert "ClassNotFoundException" in mine[2][2] and mine[3][2] == result.message
+    last = world.journal.lineage("orders")[-1]
+    assert (last.revision, last.action, last.outcome, last.job_id) == (
+        REV, "upgrade -> rolled back", Outcome.FAILURE, RB)
+    assert last.restored_from == result.savepoint  # the rolled-back job's start: from the fresh savepoint
+
+
+def test_a_rollback_to_a_revision_is_recorded_as_one_and_so_is_its_own_failure(world: World) -> None:
+    """`rollback APP --to REV` runs an upgrade plan with purpose "rollback": its transitions, lineage and
+    result say rollback, and a rollback whose new job fails is `rollback -> rolled back`."""
+    old, new, bad = make_app(), make_app(parallelism=2), make_app(entry_class="com.example.Typo")
+    world.rt.behaviours["com.example.Typo"] = Behaviour.BAD_ENTRY_CLASS
+    world.rt.seed_job(old, OLD)
+    result = world.ex.run_app(REV, upgrade(old, new).model_copy(update={"purpose": "rollback"}))
+    assert result.outcome is Outcome.SUCCESS and result.message == f"rollback applied at {REV[:12]}; job {NEW} running"
+    assert [t.action for t in world.journal.history("orders")] == ["rollback", "savepoint", "finish"]
+    assert world.journal.lineage("orders")[-1].action == "rollback"
+    again = "d" * 40
+    result = world.ex.run_app(again, upgrade(new, bad, first=StopWithSavepoint(job_id=NEW, deadline_s=60))
+                              .model_copy(update={"purpose": "rollback"}))
+    assert result.rolled_back and result.message.startswith("rolled back to the previous spec")
+    assert [t.action for t in world.journal.history("orders") if t.revision == again] == [
+        "rollback", "savepoint", "rollback", "finish"]
+    assert world.journal.lineage("orders")[-1].action == "rollback -> rolled back"
 
 
 def test_a_job_that_fails_after_start_is_rolled_back_with_flinks_root_cause(world: World) -> None:
@@ -371,6 +400,7 @@ def test_a_failing_rollback_reports_both_causes_and_stops(world: World) -> None:
     assert live_jobs(world) == [] and world.journal.inflight("orders") is None
     rec = world.journal.record("orders")
     assert rec is not None and rec.job_id is None
+    assert world.journal.lineage("orders")[-1].action == "upgrade"  # not rolled back: nothing runs
 
 
 def test_without_rollback_after_nothing_else_is_done(world: World) -> None:

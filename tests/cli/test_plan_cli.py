@@ -116,6 +116,30 @@ def test_validate_examples_and_a_broken_copy(tmp_path: Path, capsys: pytest.Capt
     assert out.strip() == "1 error: 1 valid app(s) in 2 file(s)"
 
 
+def test_a_jar_path_that_leaves_the_repository_is_refused_by_validate_and_plan(
+        repo: tuple[Repo, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    r, _, b = repo
+    r.write("apps/orders.yaml", spec("orders", parallelism=2).replace("jobs/counter.jar", "jobs/../../../x.jar"))
+    r.write("apps/fraud.yaml", spec("fraud").replace("jobs/counter.jar", "../../../../etc/passwd"))
+    r.write("apps/clicks.yaml", spec("clicks", mode="last-state").replace("jobs/counter.jar", "jobs/./counter.jar"))
+    c = r.commit("jars out of the repository")
+    code, out, err = run(capsys, "validate", str(r.work / "apps"))
+    assert code == 1
+    assert err.splitlines() == [
+        f"{r.work}/apps/fraud.yaml:9:5 spec.job.jarURI: '../../../../etc/passwd' leaves the repository: a relative "
+        "jarURI is a path inside the repository, and '..' here goes above its root",
+        f"{r.work}/apps/orders.yaml:9:5 spec.job.jarURI: 'jobs/../../../x.jar' leaves the repository: a relative "
+        "jarURI is a path inside the repository, and '..' here goes above its root"]
+    assert out.strip() == "2 errors: 1 valid app(s) in 3 file(s)"
+    code, out, _ = run(capsys, "plan", "--repo", str(r.origin), "--base", b, "--head", c, "--format", "json",
+                       "--cache-dir", str(tmp_path / "cache"))
+    plan = Plan.from_json(out)
+    assert code == 1
+    assert {p.app: p.action.value for p in plan.apps} == {"orders": "error", "fraud": "error", "clicks": "no-op"}
+    assert "leaves the repository" in plan.app("orders").reason and not plan.app("orders").steps
+    # `jobs/./counter.jar` is the jar it ran: a spelling, not a change
+
+
 def test_schema_in_repo_is_in_sync(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "schema")
     checked_in = (Path(__file__).parents[2] / "schemas" / "flinkapp.schema.json").read_text()

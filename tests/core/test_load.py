@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from reconciler.errors import SpecLimitError
 from reconciler.spec.load import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, Unreadable, load_dir, load_files
+from reconciler.spec.model import repo_jar_path
 from reconciler.spec.policy import SpecPolicy
 
 GOOD = """\
@@ -49,6 +50,57 @@ def test_bad_value_points_at_its_key() -> None:
     (err,) = load_files({"a.yaml": text.encode()}).errors
     assert (err.line, err.field) == (8, "spec.job.upgradeMode")
     assert "'savepoint', 'last-state' or 'stateless'" in err.message
+
+
+# A relative jarURI is a path inside the repository (read from Git at the applied revision): one that leaves
+# it can never be applied, so it is a spec error, found by `validate` and `plan`, under any spec policy.
+JAR_PATHS: dict[str, str | None] = {
+    # jarURI -> the repository path it names (None: refused)
+    "jobs/x.jar": "jobs/x.jar",
+    "jobs/./x.jar": "jobs/x.jar",
+    "jobs/sub/../x.jar": "jobs/x.jar",
+    "./jobs//x.jar": "jobs/x.jar",
+    "a/b/../../x.jar": "x.jar",
+    "x..jar": "x..jar",
+    "..x.jar": "..x.jar",
+    "../x.jar": None,
+    "../../../../etc/passwd": None,
+    "jobs/../../../x.jar": None,
+    "jobs/../../jobs/x.jar": None,  # comes back in, but only by way of the directory above the root
+    "a/b/../../../x.jar": None,
+    "./..": None,
+    ".": None,
+    "jobs/..": None,
+}
+
+
+@pytest.mark.parametrize("uri", sorted(JAR_PATHS))
+def test_a_relative_jar_uri_is_a_path_inside_the_repository(uri: str) -> None:
+    expected = JAR_PATHS[uri]
+    if expected is not None:
+        assert repo_jar_path(uri) == expected
+    else:
+        with pytest.raises(ValueError, match=r"leaves the repository|names the repository root"):
+            repo_jar_path(uri)
+    text = GOOD.format(name="x").replace("jarURI: jobs/counter.jar", f"jarURI: '{uri}'\n    parallelism: 1")
+    files = {"apps/x.yaml": text.encode(), "apps/y.yaml": GOOD.format(name="y").encode()}
+    for policy in SpecPolicy:
+        result = load_files(files, policy=policy)
+        if expected is not None:
+            assert result.errors == () and result.apps["x"].app.spec.job.jar_uri == expected
+            continue
+        assert set(result.apps) == {"y"}
+        (err,) = result.errors
+        assert (err.file, err.line, err.field, err.app) == ("apps/x.yaml", 7, "spec.job.jarURI", "x")
+        assert err.message.startswith(f"{uri!r} ") and "repository" in err.message, err.message
+
+
+@pytest.mark.parametrize("uri", ["https://example.com/../x.jar", "local:///opt/../x.jar", "/srv/jars/x.jar",
+                                 "file:///srv/jars/x.jar"])
+def test_jar_uris_that_are_not_repository_paths_are_not_read_as_one(uri: str) -> None:
+    assert repo_jar_path(uri) is None
+    text = GOOD.format(name="x").replace("jarURI: jobs/counter.jar", f"jarURI: '{uri}'")
+    assert load_files({"x.yaml": text.encode()}, policy=SpecPolicy.PERMISSIVE).errors == ()
 
 
 def test_bad_file_invalidates_only_its_own_apps() -> None:

@@ -117,15 +117,20 @@ def test_apply_runs_the_old_spec_from_the_savepoint_taken_when_leaving_it(env: E
     assert ap.risks and ap.risks[0].startswith("DISCARDS CURRENT STATE") and c[:12] in ap.risks[0]
     assert "the branch tip" in ap.reason  # --apply alone leaves Git at C: the plan says so
 
+    assert ap.purpose == "rollback"
     result = rollback.execute(env.rec, prepared)
     assert result.outcome is Outcome.SUCCESS, result.message
+    assert result.message == f"rollback applied at {a[:12]}; job {start.job_id} running"
+    actions = [t.action for t in env.rec.journal.history(APP) if t.revision == a]
+    assert actions[-3:] == ["rollback", "savepoint", "finish"]
     assert env.runtime.running_jobs(APP) == [start.job_id]
     assert env.restored_from(start.job_id) == left_a[0].path
     record = env.rec.journal.record(APP)
     assert record is not None and record.last_applied_revision == a and record.job_id == start.job_id
     assert record.last_applied_spec is not None and record.last_applied_spec["spec"]["job"]["parallelism"] == 1
     last = env.rec.journal.lineage(APP)[-1]
-    assert (last.revision, last.restored_from, last.job_id) == (a, left_a[0].path, start.job_id)
+    assert (last.revision, last.action, last.restored_from, last.job_id) == (
+        a, "rollback", left_a[0].path, start.job_id)
     # C's state is not lost: step 1 stopped its job with a savepoint, recorded (under A, this execution).
     assert len(last.savepoints) == 1 and Path(last.savepoints[0].removeprefix("file:")).is_dir()
     # Going back to C later restores exactly that.

@@ -17,9 +17,18 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+def test_a_relative_state_dir_is_taken_from_where_the_command_runs(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--state-dir demo/state`, as the README types it: the Flink JVMs of the local runtime run in
+    directories of their own, so the path they get must not be relative."""
+    monkeypatch.chdir(tmp_path)
+    s = load_settings({"state_dir": "demo/state"})
+    assert s.state_dir == tmp_path / "demo" / "state"
+
+
 def test_defaults() -> None:
     s = load_settings()
-    assert (s.branch, s.path, s.state_dir, s.runtime) == ("main", "", Path(".state"), "local")
+    assert (s.branch, s.path, s.state_dir, s.runtime) == ("main", "", Path(".state").absolute(), "local")
     assert (s.poll_interval, s.drift_interval, s.max_parallel, s.prune) == (15.0, 60.0, 4, False)
     assert (s.mass_delete_threshold, s.mass_delete_min_apps) == (0.5, 3)
     assert (s.listen_host, s.listen_port) == ("127.0.0.1", 8080)

@@ -652,11 +652,15 @@ def test_bad_entry_class_is_rolled_back_from_the_fresh_savepoint(e2e: E2E) -> No
     code, text = e2e.cli("history", APP, "--state-dir", str(e2e.state))
     assert code == 0, text
     assert "rollback" in text and "DoesNotExist" in text, text
+    assert f"{rev[:12]}  upgrade -> rolled back failure  took {sps[0]['path']}; started from {sps[0]['path']}" in text
     transitions = e2e.history_json()["transitions"]
     mine = [t for t in transitions if t["revision"] == rev]
     assert [t["action"] for t in mine if t["action"] in ("upgrade", "savepoint", "rollback", "finish")] == [
         "upgrade", "savepoint", "rollback", "finish"], mine
     assert mine[-1]["outcome"] == "failure" and "rolled back" in mine[-1]["message"]
+    last = e2e.history_json()["lineage"][-1]
+    assert (last["revision"], last["action"], last["outcome"], last["job_id"]) == (
+        rev, "upgrade -> rolled back", "failure", job), last
 
 
 # ------------------------------------------------------------------------------------------------

@@ -38,9 +38,7 @@ FAST = 4  # B and C count this many times faster than A (whose job SLACK is abou
 @pytest.fixture(scope="module")
 def e2e(counter_jar: Path, flink_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
     root = tmp_path_factory.mktemp("rollback-e2e")
-    repo = Repo(root)
-    # `--write-commit` pushes to the repository the reconciler follows: this working copy.
-    git(repo.work, "config", "receive.denyCurrentBranch", "updateInstead")
+    repo = Repo(root)  # `--write-commit` commits to the repository the reconciler follows: this checkout of main
     with running_counter(repo, counter_jar, flink_home, "A: counter app") as env:
         yield env
 
@@ -120,8 +118,17 @@ def test_apply_runs_a_from_the_savepoint_taken_when_leaving_it(e2e: E2E, history
     assert_back_at_a(e2e, rewound(e2e, before), history["left_a"])  # type: ignore[arg-type]
     st = e2e.status()
     assert (st["applied"], st["job_id"], st["outcome"]) == (a, job, "success"), st
-    last = e2e.history_json()["lineage"][-1]
-    assert (last["revision"], last["restored_from"], last["job_id"]) == (a, sp1, job), last
+    # Recorded and shown as a rollback: lineage and transitions (JSON and text), and the note on A.
+    hist = e2e.history_json()
+    last = hist["lineage"][-1]
+    assert (last["revision"], last["action"], last["restored_from"], last["job_id"]) == (a, "rollback", sp1, job), last
+    mine = [t for t in hist["transitions"] if t["revision"] == a and t["action"] != "savepoint"][-2:]
+    assert [(t["action"], t["outcome"]) for t in mine] == [("rollback", "pending"), ("finish", "success")], mine
+    assert mine[1]["message"] == f"rollback applied at {a[:12]}; job {job} running"
+    code, text = e2e.cli("history", APP, "--state-dir", str(e2e.state))
+    assert code == 0 and f"{a[:12]}  rollback  success  took {last['savepoints'][0]}; started from {sp1}" in text, text
+    note = git(e2e.repo.work, "notes", "--ref", "refs/notes/flink-reconciler", "show", a)
+    assert f"flink-reconciler/{APP}: success - rollback to {a[:12]}: rollback applied at {a[:12]}" in note, note
     assert len(last["savepoints"]) == 1  # the savepoint of C's job, taken by step 1
     history["c_state"] = last["savepoints"][0]
 
@@ -134,7 +141,8 @@ def test_write_commit_is_applied_with_the_same_result(e2e: E2E, history: dict[st
     assert code == 0, out
     sha = git(e2e.repo.work, "rev-parse", "HEAD")
     assert sha != tip and git(e2e.repo.work, "rev-parse", "HEAD~1") == tip
-    assert f"committed {sha[:12]} on main and pushed" in out
+    assert f"committed {sha[:12]} on main in {e2e.repo.work} (checked out there: work tree updated)" in out
+    assert git(e2e.repo.work, "status", "--porcelain") == ""
     spec = (e2e.repo.work / SPEC_FILE).read_text()
     assert f"initialSavepointPath: {sp1}" in spec and "savepointRedeployNonce: 1" in spec
     assert git(e2e.repo.work, "diff", "--name-only", a, sha) == SPEC_FILE

@@ -180,6 +180,11 @@ def test_binary_blob_roundtrip_and_materialize_once(up: Upstream, tmp_path: Path
     assert [p.name for p in dest.iterdir()] == [path.name]
     with pytest.raises(SourceError, match="not a file"):
         src.materialize(sha, "apps", dest)
+    # Read as a jarURI is: a path that normalises to the same file is that file, one above the root is none.
+    for same in ("jars/./job.jar", "jars/sub/../job.jar", "./jars//job.jar"):
+        assert src.materialize(sha, same, dest) == path, same
+    with pytest.raises(SourceError, match=r"'jars/\.\./\.\./job\.jar' leaves the repository"):
+        src.materialize(sha, "jars/../../job.jar", dest)
 
 
 def test_commit_info(up: Upstream, tmp_path: Path) -> None:
