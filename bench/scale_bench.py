@@ -41,7 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.daemon_bench import CLK_TCK, proc_sample, wait
-from reconciler.daemon.shards import shard_of
+from reconciler.service.sharding import shard_of
 from tests.e2e.test_daemon_e2e import DaemonProc
 from tests.gitutil import GIT_ENV, Repo
 
@@ -238,8 +238,8 @@ def takeover(root: Path, n: int, shards: int, *, changed: int = 50) -> dict[str,
     kill -> the shard's Lease held by another replica -> every one of those apps' statuses on the origin."""
     from kubernetes import client as k8s_client
 
-    from reconciler.daemon.shards import shard_of
     from reconciler.live.k8s_api import Kube
+    from reconciler.service.sharding import shard_of
     from tests.kubernetes.standin import Standin
 
     ns = "flink-reconciler"

@@ -26,7 +26,7 @@ from reconciler.spec.policy import SpecPolicy
 if TYPE_CHECKING:
     from reconciler.apply.executor import StepEvent
     from reconciler.apply.journal import Lineage
-    from reconciler.daemon.service import Reconciler
+    from reconciler.service.reconcile import Reconciler
     from reconciler.settings import Settings
     from reconciler.source.git import GitSource
 
@@ -383,7 +383,7 @@ def _repo_arg(repo: str | None) -> str | None:
 
 
 def _reconciler(settings: Settings, *, report: bool = True, progress: bool = False) -> Reconciler:
-    from reconciler.daemon.service import make_reconciler
+    from reconciler.service.factories import make_reconciler
 
     on_event = Progress(sys.stdout).event if progress else None
     return make_reconciler(settings, SystemClock(), on_event=on_event, report=report)
@@ -652,7 +652,7 @@ def _lineage_json(e: Lineage) -> dict[str, object]:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     from reconciler.core.rollback import Refusal
-    from reconciler.daemon import rollback
+    from reconciler.service import rollback
 
     if args.apply and args.write_commit:
         raise ConfigError("rollback: give --apply or --write-commit, not both (a written commit is applied by "
@@ -687,7 +687,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 
 def cmd_savepoint(args: argparse.Namespace) -> int:
-    from reconciler.daemon.rollback import take_savepoint
+    from reconciler.service.rollback import take_savepoint
 
     repo = _repo_arg(args.repo) or os.environ.get("FLINK_RECONCILER_REPO_URL")
     rec = _reconciler(_settings(args, repo_url=repo or "."), report=bool(repo))

@@ -7,7 +7,7 @@ normally the stop-with-savepoint of the upgrade that left REV (recorded under th
 savepoint is recorded with the revision being applied), or a manual savepoint taken while REV ran.
 
 Everything here is a function of values the shell read; checking that a savepoint still exists on its
-storage is the shell's job (`reconciler.daemon.rollback`).
+storage is the shell's job (`reconciler.service.rollback`).
 """
 
 from __future__ import annotations

@@ -15,9 +15,10 @@ from reconciler.daemon.lock import DaemonLock
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.ports import ReconcileService
 from reconciler.daemon.scheduler import Daemon
-from reconciler.daemon.shards import Shard, ShardedService, ShardLeases, ShardRecordStore
+from reconciler.daemon.shards import ShardedService, ShardLeases
 from reconciler.errors import ConfigError
 from reconciler.memory import limit_arenas, tune_gc
+from reconciler.service.sharding import Shard, ShardRecordStore
 from reconciler.settings import Settings
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ ServiceFactory = Callable[[Settings, Metrics, Clock], ReconcileService]
 def make_service(settings: Settings, metrics: Metrics, clock: Clock) -> ReconcileService:
     """The daemon's service: one Reconciler (its shard's with `shard: i`), or with `shard: auto` the set
     of shards this replica holds through their Leases (daemon/shards.py)."""
-    from reconciler.daemon.service import make_reconciler
+    from reconciler.service.factories import make_reconciler
 
     if settings.shard == "auto":
         return make_auto_sharded(settings, metrics, clock)
@@ -44,8 +45,8 @@ def make_auto_sharded(settings: Settings, metrics: Metrics | None, clock: Clock)
     import threading
 
     from reconciler.apply.journal import Journal
-    from reconciler.daemon.service import (
-        Reconciler,
+    from reconciler.live.k8s_runtime import KubernetesRuntime
+    from reconciler.service.factories import (
         lease_identity,
         make_policy,
         make_record_store,
@@ -53,7 +54,7 @@ def make_auto_sharded(settings: Settings, metrics: Metrics | None, clock: Clock)
         make_runtime,
         make_source,
     )
-    from reconciler.live.k8s_runtime import KubernetesRuntime
+    from reconciler.service.reconcile import Reconciler
     from reconciler.spec.policy import SpecPolicy
 
     if settings.runtime != "kubernetes":

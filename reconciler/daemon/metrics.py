@@ -17,6 +17,7 @@ from prometheus_client.exposition import choose_encoder
 
 from reconciler import __version__ as _version
 from reconciler.core.observed import Outcome
+from reconciler.service.ports import APP_STATES
 
 PREFIX = "flink_reconciler"
 
@@ -26,7 +27,6 @@ FETCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 6
 
 STEP_TYPES = ("savepoint", "stop", "start", "downtime")
 SYNC_TRIGGERS = ("startup", "poll", "drift", "webhook")
-APP_STATES = ("ok", "blocked", "error", "failure")  # flink_reconciler_apps{state=...}
 
 
 class Metrics:

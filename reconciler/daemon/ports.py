@@ -1,4 +1,4 @@
-"""The one port the daemon drives. The lead's `reconciler.daemon.service` implements it.
+"""The one port the daemon drives. `reconciler.service.reconcile.Reconciler` implements it.
 
 The daemon only schedules, serialises and reports; everything that touches Git, Flink or the journal
 sits behind this Protocol, so the daemon is tested with a recording fake.

@@ -17,9 +17,9 @@ from reconciler.cli import main
 from reconciler.clock import SystemClock
 from reconciler.core.observed import Outcome
 from reconciler.core.rollback import Refusal
-from reconciler.daemon import rollback
-from reconciler.daemon.service import Reconciler
 from reconciler.errors import SourceError
+from reconciler.service import rollback
+from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource
 from tests.apply.test_journal import plan_for
 from tests.gitutil import Repo, git, spec

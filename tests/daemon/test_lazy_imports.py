@@ -19,7 +19,7 @@ PROBE = """
 import sys
 import reconciler.cli
 from reconciler.clock import SystemClock
-from reconciler.daemon.service import make_record_store, make_runtime
+from reconciler.service.factories import make_record_store, make_runtime
 from reconciler.live.records import FileRecordStore
 from reconciler.settings import load_settings
 

@@ -15,9 +15,9 @@ from reconciler.apply.journal import Journal
 from reconciler.clock import FakeClock
 from reconciler.core.observed import AppRecord, Outcome, Records, SavepointRecord
 from reconciler.core.plan import Action, RestoreKind, StartJob
-from reconciler.daemon.service import Reconciler, lineage_from_notes, with_recovered
 from reconciler.report.gitnotes import GitNotesSink, shard_notes_ref
 from reconciler.report.status import CommitStatus
+from reconciler.service.reconcile import Reconciler, lineage_from_notes, with_recovered
 from reconciler.source.git import NOTES_REF, GitSource
 from tests.gitutil import Repo, git, spec
 

@@ -17,10 +17,10 @@ from reconciler.clock import FakeClock
 from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action, RestoreKind, StartJob, StopWithSavepoint
 from reconciler.core.rollback import Refusal
-from reconciler.daemon import rollback
-from reconciler.daemon.rollback import Prepared
-from reconciler.daemon.service import Reconciler
 from reconciler.errors import PermanentStepError
+from reconciler.service import rollback
+from reconciler.service.reconcile import Reconciler
+from reconciler.service.rollback import Prepared
 from reconciler.source.git import GitSource
 from tests.apply.fakes import FakeRuntime
 from tests.gitutil import Repo, git

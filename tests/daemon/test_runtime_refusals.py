@@ -8,7 +8,7 @@ from pathlib import Path
 from reconciler.apply.journal import Journal
 from reconciler.clock import FakeClock
 from reconciler.core.plan import Action
-from reconciler.daemon.service import Reconciler
+from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource
 from reconciler.spec.policy import SpecPolicy
 from tests.gitutil import Repo

@@ -9,9 +9,9 @@ import pytest
 from reconciler.apply.journal import Journal
 from reconciler.clock import SystemClock
 from reconciler.core.plan import Action
-from reconciler.daemon.service import Reconciler
 from reconciler.report.gitnotes import GitNotesSink
 from reconciler.report.reporter import Reporter
+from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource
 from tests.gitutil import Repo, git, spec
 

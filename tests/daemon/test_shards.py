@@ -14,11 +14,12 @@ import pytest
 from reconciler.clock import FakeClock
 from reconciler.core.observed import Checkpoint, ClusterPhase
 from reconciler.core.plan import Action, Plan
-from reconciler.daemon.service import Reconciler, make_reconciler
-from reconciler.daemon.shards import Shard, shard_of, shard_view
 from reconciler.errors import ConfigError
 from reconciler.live.observe import observe
 from reconciler.live.ports import ClusterInfo, Runtime
+from reconciler.service.factories import make_reconciler
+from reconciler.service.reconcile import Reconciler
+from reconciler.service.sharding import Shard, shard_of, shard_view
 from reconciler.settings import load_settings
 from tests.gitutil import Repo, git, spec
 

@@ -31,9 +31,9 @@ from reconciler.apply.journal import Journal
 from reconciler.clock import SystemClock
 from reconciler.core.observed import Outcome
 from reconciler.core.plan import StartJob, StopWithSavepoint
-from reconciler.daemon.service import Reconciler
 from reconciler.live.flink import FlinkRestClient
 from reconciler.live.local import LocalRuntime
+from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource
 from tests.faults.proxy import FaultProxy, Rule
 from tests.fixtures.flink import COUNTER_MAIN, teardown_runtime, wait_until

@@ -19,7 +19,6 @@ from reconciler.apply.journal import Journal
 from reconciler.clock import FakeClock
 from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action
-from reconciler.daemon.service import Reconciler
 from reconciler.errors import FencedError, JournalError, RecordConflictError
 from reconciler.live import k8s_render as r
 from reconciler.live.k8s_lease import LeaseElector
@@ -32,6 +31,7 @@ from reconciler.live.k8s_records import (
 )
 from reconciler.live.k8s_runtime import KubernetesRuntime
 from reconciler.live.records import Doc, Read, StoredRecord
+from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource
 from tests.gitutil import Repo
 from tests.kubernetes.conftest import Cluster

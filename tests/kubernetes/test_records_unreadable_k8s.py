@@ -15,13 +15,13 @@ from reconciler.apply.journal import Journal
 from reconciler.clock import SystemClock
 from reconciler.core.observed import ClusterPhase, Outcome
 from reconciler.core.plan import Action
-from reconciler.daemon.service import Reconciler
 from reconciler.errors import JournalError
 from reconciler.live import k8s_render as r
 from reconciler.live.k8s_api import Kube
 from reconciler.live.k8s_records import ConfigMapRecordStore, record_name
 from reconciler.live.k8s_runtime import KubernetesRuntime
 from reconciler.live.records import BrokenRecord, StoredRecord
+from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource
 from reconciler.spec.load import load_files
 from tests.gitutil import Repo, spec

@@ -12,9 +12,9 @@ import pytest
 
 from reconciler.clock import SystemClock
 from reconciler.core.plan import Action
-from reconciler.daemon.service import make_reconciler, make_record_store, make_runtime
 from reconciler.live.k8s_records import ConfigMapRecordStore
 from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.service.factories import make_reconciler, make_record_store, make_runtime
 from reconciler.settings import load_settings
 from tests.gitutil import Repo, spec
 from tests.kubernetes.conftest import KUBECONFIG, Cluster

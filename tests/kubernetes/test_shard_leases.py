@@ -19,21 +19,14 @@ import pytest
 from reconciler.apply.journal import Journal
 from reconciler.clock import FakeClock
 from reconciler.daemon.ports import AsksForPasses
-from reconciler.daemon.service import Reconciler
-from reconciler.daemon.shards import (
-    Shard,
-    ShardedService,
-    ShardLeases,
-    ShardRecordStore,
-    member_lease_name,
-    quota,
-    shard_of,
-)
+from reconciler.daemon.shards import ShardedService, ShardLeases, member_lease_name, quota
 from reconciler.errors import ConfigError, FencedError
 from reconciler.live.k8s_records import ConfigMapRecordStore, lease_fence
 from reconciler.live.records import FileRecordStore
 from reconciler.report.reporter import Reporter
 from reconciler.report.status import CommitStatus
+from reconciler.service.reconcile import Reconciler
+from reconciler.service.sharding import Shard, ShardRecordStore, shard_of
 from reconciler.settings import load_settings
 from reconciler.source.git import GitSource
 from tests.gitutil import Repo, spec

@@ -14,7 +14,6 @@ from reconciler.apply.journal import Journal
 from reconciler.clock import FakeClock
 from reconciler.core.observed import ClusterPhase
 from reconciler.core.plan import ClusterStrategy
-from reconciler.daemon.service import Reconciler
 from reconciler.errors import PermanentStepError
 from reconciler.live import k8s_render as r
 from reconciler.live.k8s_generations import Pointers
@@ -22,6 +21,7 @@ from reconciler.live.k8s_quota import quantity
 from reconciler.live.k8s_runtime import KubernetesRuntime
 from reconciler.live.k8s_status import HA_CONFIGMAP_SELECTOR, ha_configmap_cluster_id
 from reconciler.live.ports import StandbyRuntime
+from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource
 from reconciler.spec.model import FlinkApp
 from tests.apply.fakes import FakeStandbyRuntime

@@ -30,12 +30,12 @@ import pytest
 from reconciler.apply.journal import Journal
 from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action
-from reconciler.daemon.service import PassResult, Reconciler
 from reconciler.live import k8s_render as r
 from reconciler.live.k8s_generations import Pointers
 from reconciler.live.k8s_lease import LeaseElector
 from reconciler.live.k8s_records import ConfigMapRecordStore, lease_fence
 from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.service.reconcile import PassResult, Reconciler
 from reconciler.source.git import GitSource
 from tests.gitutil import Repo
 from tests.kubernetes.conftest import Cluster

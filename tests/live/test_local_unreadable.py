@@ -12,9 +12,9 @@ from reconciler.apply.journal import Journal
 from reconciler.clock import SystemClock
 from reconciler.core.observed import ClusterPhase
 from reconciler.core.plan import Action
-from reconciler.daemon.service import Reconciler
 from reconciler.live.local import LocalRuntime
 from reconciler.live.local_config import ClusterRecord, ProcRecord
+from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource
 from reconciler.spec.load import load_files
 from tests.gitutil import Repo, spec

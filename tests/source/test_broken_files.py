@@ -18,7 +18,7 @@ import pytest
 from reconciler.cli import main
 from reconciler.clock import FakeClock
 from reconciler.core.plan import Action, Plan
-from reconciler.daemon.service import make_reconciler
+from reconciler.service.factories import make_reconciler
 from reconciler.settings import load_settings
 from reconciler.spec.load import Unreadable
 from tests.gitutil import Repo, git

@@ -13,11 +13,11 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 
 from reconciler.clock import FakeClock
-from reconciler.daemon.service import make_reconciler
 from reconciler.errors import ReconcilerError
 from reconciler.live.k8s_render import config_yaml
 from reconciler.live.local import LocalRuntime
 from reconciler.live.local_config import flink_environment, render_yaml
+from reconciler.service.factories import make_reconciler
 from reconciler.settings import load_settings
 from tests.fixtures.flink import counter_app
 

@@ -27,11 +27,11 @@ from reconciler.apply.executor import AppResult, Executor, StepEvent
 from reconciler.core.observed import JobPhase, Outcome, SavepointRecord
 from reconciler.core.plan import Plan
 from reconciler.core.rollback import Refusal, RollbackPoint, plan_rollback, rollback_point
-from reconciler.daemon.service import Reconciler
 from reconciler.errors import ObserveError, PermanentStepError, ReconcilerError, TransientStepError
 from reconciler.live.artifacts import resolve_jar
 from reconciler.live.observe import observe
 from reconciler.report.status import CommitStatus
+from reconciler.service.reconcile import Reconciler
 from reconciler.source.specs import load_at
 from reconciler.spec.load import load_files
 from reconciler.spec.model import MAX_NONCE, FlinkApp
