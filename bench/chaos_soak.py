@@ -539,7 +539,7 @@ class Soak:
                 self.journal.refresh()
                 seen_inflight = bool(self.journal.all_inflight())
                 time.sleep(0.1)
-        time.sleep(self.rng.uniform(0.0, 1.5) if seen_inflight else self.rng.uniform(0.0, 4.0))
+        time.sleep(self.rng.uniform(0.0, 0.6) if seen_inflight else self.rng.uniform(0.0, 4.0))
         self.journal.refresh()
         inflight = {a: f"{f.stage} step {f.step_index} {f.phase}" for a, f in self.journal.all_inflight().items()}
         sig = self.rng.choice([signal.SIGKILL, signal.SIGTERM])
@@ -581,27 +581,32 @@ class Soak:
             shutil.move(self.origin_away, self.repo.origin)
         return {"kind": "git", "unreachable_s": away}
 
-    def fault_rest(self, app: str | None) -> dict[str, Any]:
-        """A fault proxy in front of one app's JobManager for a few seconds (see the module docstring)."""
+    def fault_rest(self, app: str | None, then: Callable[[], None]) -> dict[str, Any]:
+        """A fault proxy in front of one app's JobManager for a few seconds (see the module docstring);
+        `then` (the round's push) runs once it is in place, so the transition meets the faults."""
         app = app or self.rng.choice(sorted(self.specs))
         rules = self.rng.sample(rest_rules(), k=3)
         window = round(self.rng.uniform(5.0, 15.0), 1)
         path = self.runtime.paths(app).record
         with app_lock(self.state_dir, app, timeout=10) as locked:
             if not locked:
+                then()
                 return {"kind": "rest", "app": app, "skipped": "the app's lock stayed busy"}
             try:
                 doc = json.loads(path.read_text())
             except (OSError, ValueError):
+                then()
                 return {"kind": "rest", "app": app, "skipped": "no cluster.json"}
-            proxy = FaultProxy(f"http://127.0.0.1:{doc['rest_port']}", rules=rules).start()
+            proxy = FaultProxy(f"http://127.0.0.1:{doc['rest_port']}", rules=list(rules)).start()
             swap = ProxySwap(app, str(doc["cluster_id"]), int(doc["rest_port"]), proxy)
             self.swaps.append(swap)
             write_json(path, {**doc, "rest_port": swap.proxy_port})
+        then()
         self.sleep_sampling(window)
+        hits = sorted({f"{s.method} {s.path}: {s.action}" for s in list(proxy.seen)
+                       if not s.action.startswith("forwarded")})
         proxy.clear()  # from here on it passes everything through, even if the record keeps pointing at it
         self.unswap()
-        hits = sorted({f"{s.method} {s.path}: {s.action}" for s in proxy.seen if not s.action.startswith("forwarded")})
         return {"kind": "rest", "app": app, "window_s": window,
                 "rules": [f"{r.kind} {r.method} {r.path} x{r.times}" for r in rules], "injected": hits}
 
@@ -640,8 +645,18 @@ class Soak:
         if change is None and fault is None:
             change = self.pick_change()
         t0 = time.monotonic()
-        pushed = self.push(change) if change is not None else None
+        pushed: dict[str, Any] | None = None
+
+        def push() -> None:
+            nonlocal pushed
+            if change is not None:
+                pushed = self.push(change)
+
         faults: list[dict[str, Any]] = []
+        if fault == "rest":
+            faults.append(self.fault_rest(change.name if change is not None else None, then=push))
+        else:
+            push()
         if fault == "daemon":
             faults.append(self.fault_daemon(with_change=pushed is not None))
         elif fault in ("tm", "jm"):
@@ -649,8 +664,6 @@ class Soak:
             faults.append(self.fault_jvm(fault))
         elif fault == "git":
             faults.append(self.fault_git())
-        elif fault == "rest":
-            faults.append(self.fault_rest(change.name if change is not None else None))
         log(f"round {index}: change {pushed}, faults {faults}")
         took = self.wait_converged(self.converge_timeout, t0)
         res = RoundResult(index, pushed, faults, took is not None, None if took is None else round(took, 2))
