@@ -179,7 +179,7 @@ class Daemon:
                 continue
             if not isinstance(rec, dict):
                 out.append(line)
-            elif rec.get("logger") not in ("httpx", "httpcore"):
+            elif rec.get("logger") not in ("httpx", "httpcore") and not _routine(rec):
                 extra = {k: v for k, v in rec.items() if k not in ("msg", "logger", "level", "time", "ts")}
                 out.append(f"{rec.get('level', '')} {rec.get('msg', '')} {json.dumps(extra) if extra else ''}".strip())
         return out[-n:]
@@ -365,13 +365,14 @@ class Soak:
     def view(self, app: str) -> AppView:
         want = self.specs[app]
         url, doc = self.rest_url(app)
-        cluster = "no cluster.json"
+        cluster, procs_up = "no cluster.json", False
         if doc is not None:
             marker = f"-D{MARKER_PROPERTY}={doc.get('cluster_id')}"
-            jm = "up" if alive(int(doc["jobmanager"]["pid"]), marker) else "DEAD"
+            jm = alive(int(doc["jobmanager"]["pid"]), marker)
             tms = doc.get("taskmanagers") or []
             up = sum(1 for p in tms if alive(int(p["pid"]), marker))
-            cluster = f"JobManager {jm}, TaskManagers {up}/{len(tms)} up"
+            procs_up = jm and up == len(tms) > 0
+            cluster = f"JobManager {'up' if jm else 'DEAD'}, TaskManagers {up}/{len(tms)} up"
         unfinished = 0
         for slot in ("standby", "retired"):
             other, _ = self.rest_url(app, slot)
@@ -404,6 +405,8 @@ class Soak:
             why = "an execution is in flight"
         elif not rec.last_applied_spec or spec_hash(rec.last_applied_spec) != want.spec_hash():
             why = "the desired spec is not applied"
+        elif not procs_up:
+            why = f"cluster processes down ({cluster})"
         elif jobs is None:
             why = "Flink REST not answering"
         elif len(live) != 1:
@@ -735,6 +738,11 @@ def rest_rules() -> list[Rule]:
         Rule("GET", r"/jobs/[^/]+/checkpoints", "status", times=2, status=500),
         Rule("GET", r"/jobs/[^/]+/checkpoints", "stall", times=1, stall_s=11.0),
     ]
+
+
+def _routine(rec: dict[str, Any]) -> bool:
+    """A daemon log line that says nothing when a round is stuck: a pass started, a pass that went fine."""
+    return rec.get("msg") == "sync started" or (rec.get("msg") == "sync finished" and rec.get("result") == "ok")
 
 
 def alive(pid: int, marker: str) -> bool:
