@@ -153,8 +153,10 @@ class Daemon:
         for key, value in {"listen_port": 0, "log_format": "json", **settings}.items():
             env[f"FLINK_RECONCILER_{key.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
         with log_path.open("ab") as err:
+            # Its own session: a Ctrl-C meant for the soak must not reach it (the soak stops it itself).
             proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "run"], cwd=ROOT, env=env,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                    start_new_session=True)
         return cls(proc, log_path)
 
     @property
@@ -799,7 +801,8 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
 
 
 def report(fig: dict[str, Any]) -> str:
-    lines = [f"chaos soak: seed {fig['seed']}, {fig['apps']} apps, faults {','.join(fig['fault_kinds']) or '-'}",
+    lines = [f"chaos soak: seed {fig['seed']}, {fig['apps']} apps, faults {','.join(fig['fault_kinds']) or '-'}"
+             + (" (INTERRUPTED)" if fig.get("interrupted") else ""),
              f"  create: {fig['create_s']} s"]
     for r in fig["round_log"]:
         change = r["change"] or {}
@@ -858,15 +861,22 @@ def main(argv: Sequence[str] | None = None, *, jar: Path | None = None,
                 converge_timeout=args.converge_timeout, poll_interval=args.poll_interval,
                 drift_interval=args.drift_interval)
     interrupted = False
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # a CI timeout or `kill`: stop everything like a Ctrl-C
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         soak.run(rounds=args.rounds, minutes=args.minutes)
     except KeyboardInterrupt:
         interrupted = True
         log("interrupted: stopping everything")
     finally:
-        soak.teardown()
-    fig = soak.figures()
-    fig["interrupted"] = interrupted
+        try:
+            soak.teardown()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    fig = soak.figures() | {"interrupted": interrupted}
     print(report(fig))
     if args.out is not None:
         args.out.write_text(json.dumps(fig, indent=2, default=str))
