@@ -215,6 +215,8 @@ class AppView:
     jobs: str  # the cluster's jobs as Flink lists them
     record: str  # the reconciler's record: applied spec, outcome, in flight
     unfinished_jobs: int  # over the app's clusters (live, standby, retired)
+    job_id: str | None = None  # the one unfinished job of its live cluster
+    rest_url: str | None = None
 
 
 @dataclass
@@ -275,6 +277,8 @@ class Soak:
         self.violations: list[str] = []
         self.rounds: list[RoundResult] = []
         self.create_s: float | None = None
+        self.jobs_seen: dict[str, set[str]] = {}  # app -> job ids already checked
+        self.restores: Counter[str] = Counter()  # how the jobs after the first were started
 
     # ---- setup and teardown --------------------------------------------------------------------
 
@@ -423,7 +427,8 @@ class Soak:
                 why = f"Flink runs {j['jid'][:8]}, the record names {rec.job_id[:8]}"
             elif url is not None and (p := self.parallelism(url, j["jid"])) != want.parallelism:
                 why = f"job parallelism {p}, desired {want.parallelism}"
-        return AppView(app, not why, why, cluster, jobs_text, record, unfinished)
+        return AppView(app, not why, why, cluster, jobs_text, record, unfinished,
+                       live[0]["jid"] if len(live) == 1 else None, url)
 
     def sample(self) -> list[AppView]:
         """One look at every app: views, counts (checked), the daemon."""
@@ -443,23 +448,17 @@ class Soak:
         return views
 
     def check_counts(self, app: str) -> None:
+        """Compare each key's count with the previous sample of the same app (see `count_steps_back`)."""
         now = read_counts(self.runtime.paths(app).work / "out")
-        before = self.counts.get(app, {})
         allowance = self.max_rate / KEYS * (3 * CHECKPOINT_S + 5)
-        for key, was in before.items():
-            got = now.get(key)
-            if got is None:
-                self.violate(f"{app}: the count file of key {key} vanished")
-            elif got < was:
-                if was - got > allowance:
-                    self.violate(f"{app}: key {key} went back from {was} to {got} (more than a checkpoint replay "
-                                 f"of {allowance:.0f}: state lost, a job started from empty state?)")
-                else:
-                    self.replays += 1
-                    log(f"{app}: key {key} replayed from {was} to {got} (a restore from a checkpoint)")
-        merged = dict(before)
-        merged.update(now)
-        self.counts[app] = {k: max(v, before.get(k, v)) for k, v in merged.items()}
+        replayed, lost = count_steps_back(self.counts.get(app, {}), now, allowance)
+        if replayed:
+            self.replays += 1
+            log(f"{app}: counts replayed from a checkpoint: {replayed}")
+        if lost:
+            self.violate(f"{app}: counts went back by more than a checkpoint replay ({allowance:.0f}): {lost} "
+                         "(state lost: a job started from empty state?)")
+        self.counts[app] = {**self.counts.get(app, {}), **now}
 
     def violate(self, what: str) -> None:
         if what not in self.violations:
@@ -474,12 +473,39 @@ class Soak:
             views = self.sample()
             if all(v.converged for v in views):
                 if first is not None:
+                    self.check_restored(views)
                     return first
                 first = time.monotonic() - t0
             else:
                 first = None
             time.sleep(1.0)
         return None
+
+    def check_restored(self, views: list[AppView]) -> None:
+        """Every job after an app's first must have been restored from a savepoint or checkpoint (Flink's own
+        checkpoint stats say so): a job started from empty state is a violation, however small its counts."""
+        for v in views:
+            if v.job_id is None or v.rest_url is None or v.job_id in self.jobs_seen.setdefault(v.app, set()):
+                continue
+            first = not self.jobs_seen[v.app]
+            self.jobs_seen[v.app].add(v.job_id)
+            if first and self.create_s is None:
+                continue  # created in setup, from empty state by design
+            restored = None
+            end = time.monotonic() + 10  # Flink caches checkpoint stats for web.refresh-interval
+            while restored is None and time.monotonic() < end:
+                try:
+                    latest = HTTP.get(f"{v.rest_url}/jobs/{v.job_id}/checkpoints").json().get("latest") or {}
+                    restored = latest.get("restored")
+                except (httpx.HTTPError, ValueError, AttributeError):
+                    pass
+                if restored is None:
+                    time.sleep(0.5)
+            if restored is None:
+                self.violate(f"{v.app}: job {v.job_id} was not restored from any savepoint or checkpoint "
+                             "(started from empty state)")
+            else:
+                self.restores["savepoint" if restored.get("is_savepoint") else "checkpoint"] += 1
 
     def describe(self) -> str:
         lines = []
@@ -720,12 +746,30 @@ class Soak:
             "skipped_faults": [f for r in self.rounds for f in r.faults if "skipped" in f],
             "converge_s": {"median": round(statistics.median(times), 2), "max": max(times),
                            "min": min(times)} if times else None,
-            "replays": self.replays, "violations": self.violations, "daemon_starts": self.daemon_starts,
+            "replays": self.replays, "restored_jobs": dict(self.restores), "violations": self.violations,
+            "daemon_starts": self.daemon_starts,
             "round_log": [asdict(r) for r in self.rounds],
         }
 
 
 # ------------------------------------------------------------------------------------------ helpers
+
+
+def count_steps_back(before: dict[str, int], now: dict[str, int], allowance: float) -> tuple[str, str]:
+    """Keys whose count went back since the last sample: (within `allowance`, beyond it or vanished), as text.
+
+    The counter job's sink is not transactional, so a job restored from a checkpoint rewrites counts up to one
+    checkpoint interval (plus the restart) lower than what was already written: a replay, not a loss. More
+    than that, above all a count back near zero, is state lost."""
+    replayed: list[str] = []
+    lost: list[str] = []
+    for key, was in sorted(before.items()):
+        got = now.get(key)
+        if got is None:
+            lost.append(f"{key} {was} -> (file gone)")
+        elif got < was:
+            (lost if was - got > allowance else replayed).append(f"{key} {was} -> {got}")
+    return ", ".join(replayed), ", ".join(lost)
 
 
 def rest_rules() -> list[Rule]:
@@ -825,6 +869,7 @@ def report(fig: dict[str, Any]) -> str:
         f"faults: {fig['faults'] or '-'}"
         + (f" (+{len(fig['skipped_faults'])} skipped)" if fig["skipped_faults"] else ""),
         "converge time: " + (f"median {cs['median']} s, max {cs['max']} s, min {cs['min']} s" if cs else "-"),
+        f"new jobs restored from: {fig['restored_jobs'] or '-'} (none started from empty state unless listed below)",
         f"count replays (restores from a checkpoint): {fig['replays']}",
         f"daemon starts: {fig['daemon_starts']}",
         f"invariant violations: {len(fig['violations'])}",
