@@ -25,9 +25,10 @@ unfinished job, RUNNING with every task up, the job the record names, at the des
 The converge time runs from the round's first action to the first converged sample.
 
 Invariants, checked on every sample (about once a second) and at the end:
-- counts: each key's count (the counter job's output files) never goes back by more than what a restore
-  from a checkpoint replays (rate per key x (3 checkpoint intervals + 5 s)); anything more, above all a
-  count back near zero, means a job started from empty state. Smaller steps back are counted as replays.
+- no job started from empty state: every job after an app's first was restored from a savepoint or a
+  checkpoint (Flink's checkpoint stats, `latest.restored`), and each key's count (the counter job's output
+  files) never goes back by more than what a restore from a checkpoint replays (rate per key x (3
+  checkpoint intervals + 5 s)); smaller steps back are counted as replays (the sink is not transactional).
 - no record lost: every app keeps its record in the state directory;
 - one job per app: never two unfinished counter jobs over an app's clusters (live, standby, retired);
 - the daemon only exits when the soak stops it.
@@ -277,6 +278,7 @@ class Soak:
         self.violations: list[str] = []
         self.rounds: list[RoundResult] = []
         self.create_s: float | None = None
+        self.leftovers: list[str] = []  # clusters beside the live one at the end (not a violation: a leak)
         self.jobs_seen: dict[str, set[str]] = {}  # app -> job ids already checked
         self.restores: Counter[str] = Counter()  # how the jobs after the first were started
 
@@ -721,6 +723,13 @@ class Soak:
         self.final_checks()
 
     def final_checks(self) -> None:
+        for app in self.specs:
+            for slot in ("standby", "retired"):
+                _, doc = self.rest_url(app, slot)
+                if doc is not None and alive(int(doc["jobmanager"]["pid"]),
+                                             f"-D{MARKER_PROPERTY}={doc.get('cluster_id')}"):
+                    self.leftovers.append(f"{app}: a {slot} cluster still runs (JobManager pid "
+                                          f"{doc['jobmanager']['pid']})")
         self.journal.refresh()
         records = self.journal.records()
         for app in self.specs:
@@ -747,7 +756,7 @@ class Soak:
             "converge_s": {"median": round(statistics.median(times), 2), "max": max(times),
                            "min": min(times)} if times else None,
             "replays": self.replays, "restored_jobs": dict(self.restores), "violations": self.violations,
-            "daemon_starts": self.daemon_starts,
+            "daemon_starts": self.daemon_starts, "leftover_clusters": self.leftovers,
             "round_log": [asdict(r) for r in self.rounds],
         }
 
@@ -872,6 +881,7 @@ def report(fig: dict[str, Any]) -> str:
         f"new jobs restored from: {fig['restored_jobs'] or '-'} (none started from empty state unless listed below)",
         f"count replays (restores from a checkpoint): {fig['replays']}",
         f"daemon starts: {fig['daemon_starts']}",
+        f"clusters left beside the live ones: {fig['leftover_clusters'] or 'none'}",
         f"invariant violations: {len(fig['violations'])}",
         *[f"  - {v}" for v in fig["violations"]],
     ]
