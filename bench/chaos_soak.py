@@ -16,8 +16,9 @@ draws from a `random.Random(seed)`:
     rest    Flink REST faults (503/500, connection resets, a lost answer, truncated JSON, an 11 s stall) on
             the requests of one app: a fault proxy (tests/faults/proxy.py) in front of its JobManager,
             put in by rewriting `rest_port` in the app's cluster.json under the runtime's per-app lock (the
-            daemon reads that record for every Flink call). The faults last a few seconds; the proxy then
-            passes everything through and the record is pointed back at the JobManager.
+            daemon reads that record for every Flink call), just before the round's push. The faults stay
+            armed 5-15 s, and while that app's transition is still in flight (up to 30 s more); the proxy
+            then passes everything through and the record is pointed back at the JobManager.
 
 After each round it waits (bounded by --converge-timeout) until every app is converged, seen twice in a
 row: its record has the pushed spec applied and nothing in flight, and its cluster runs exactly one
@@ -40,6 +41,7 @@ seeded soak.
 
 Run: .venv/bin/python bench/chaos_soak.py --seed 1 --minutes 30 --apps 3 --faults daemon,tm,jm,git,rest \
          --out soak.json [--state-dir DIR] [--rounds N] [--converge-timeout 240] [--jar counter.jar]
+         [--stop-on-failure]
 """
 
 from __future__ import annotations
@@ -634,13 +636,17 @@ class Soak:
             swap = ProxySwap(app, str(doc["cluster_id"]), int(doc["rest_port"]), proxy)
             self.swaps.append(swap)
             write_json(path, {**doc, "rest_port": swap.proxy_port})
+        armed = time.monotonic()
         then()
         self.sleep_sampling(window)
+        end = time.monotonic() + 30  # a transition still under way (e.g. a warm standby starting) keeps them armed
+        while time.monotonic() < end and self.journal.inflight(app) is not None:
+            self.sleep_sampling(1.0)
         hits = sorted({f"{s.method} {s.path}: {s.action}" for s in list(proxy.seen)
                        if not s.action.startswith("forwarded")})
         proxy.clear()  # from here on it passes everything through, even if the record keeps pointing at it
         self.unswap()
-        return {"kind": "rest", "app": app, "window_s": window,
+        return {"kind": "rest", "app": app, "window_s": round(time.monotonic() - armed, 1),
                 "rules": [f"{r.kind} {r.method} {r.path} x{r.times}" for r in rules], "injected": hits}
 
     def unswap(self) -> None:
@@ -713,13 +719,16 @@ class Soak:
         self.sleep_sampling(self.rng.uniform(2.0, 5.0))  # let checkpoints of the new jobs complete
         return res
 
-    def run(self, *, rounds: int | None, minutes: float | None) -> None:
+    def run(self, *, rounds: int | None, minutes: float | None, stop_on_failure: bool = False) -> None:
         self.setup()
         end = time.monotonic() + minutes * 60 if minutes else None
         i = 0
         while (rounds is None or i < rounds) and (end is None or time.monotonic() < end):
             i += 1
             self.rounds.append(self.round(i))
+            if stop_on_failure and (not self.rounds[-1].converged or self.violations):
+                log("stopping at the first failed round (--stop-on-failure)")
+                break
         self.final_checks()
 
     def final_checks(self) -> None:
@@ -903,6 +912,8 @@ def main(argv: Sequence[str] | None = None, *, jar: Path | None = None,
                     help="where the repo, the daemon's state and the logs go (default: a new temp dir, kept)")
     ap.add_argument("--jar", type=Path, default=jar, help="a built counter job jar (default: build it)")
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    ap.add_argument("--stop-on-failure", action="store_true",
+                    help="no further round after one that did not converge or broke an invariant")
     args = ap.parse_args(argv)
     faults = [f for f in args.faults.split(",") if f]
     if bad := [f for f in faults if f not in FAULT_KINDS]:
@@ -922,7 +933,7 @@ def main(argv: Sequence[str] | None = None, *, jar: Path | None = None,
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        soak.run(rounds=args.rounds, minutes=args.minutes)
+        soak.run(rounds=args.rounds, minutes=args.minutes, stop_on_failure=args.stop_on_failure)
     except KeyboardInterrupt:
         interrupted = True
         log("interrupted: stopping everything")
