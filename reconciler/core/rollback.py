@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from reconciler.core.context import start_steps
 from reconciler.core.diff import diff, highest_class
 from reconciler.core.observed import JobPhase, LiveApp, LiveState, Outcome, SavepointRecord
 from reconciler.core.plan import (
@@ -32,7 +33,6 @@ from reconciler.core.plan import (
     StopWithSavepoint,
     deterministic_job_id,
 )
-from reconciler.core.planner import start_steps
 from reconciler.spec.model import FlinkApp, JobState
 
 ROLLBACK_PURPOSE = "rollback-to"  # job ids of `rollback --apply` never collide with REV's own jobs

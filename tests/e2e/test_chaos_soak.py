@@ -16,7 +16,7 @@ import pytest
 from bench import chaos_soak
 
 SEED = 7
-FAULTS = "daemon,git,rest"
+FAULTS = "daemon,git,rest,tm,jm"
 ROUNDS = 3
 
 

@@ -1,0 +1,110 @@
+"""Self-healing: let Flink recover first, restart dead processes, repair a job that is gone from its newest state,
+and never loop (docs/plan.md#self-healing). Pure: since when a job is unhealthy and when repairs ran come from
+the app's record.
+"""
+
+from __future__ import annotations
+
+from reconciler.core.context import Ctx, age_text, ctx_start_steps, step_deadlines
+from reconciler.core.observed import ClusterPhase, JobPhase, LiveApp
+from reconciler.core.plan import Action, AppPlan, AwaitRunning, CancelJob, EnsureCluster, SpecRef, Step
+from reconciler.core.restore import restore_when_not_running
+
+
+def repair(ctx: Ctx) -> AppPlan:
+    live = ctx.live
+    what = (f"job {live.job_id} is {live.flink_state}" if live.job_id
+            else "the cluster is gone" if live.cluster is ClusterPhase.ABSENT
+            else f"job {live.stopped_job_id} has ended" if live.stopped_job_id else "no job is running")
+    found = restore_when_not_running(ctx, what)
+    if isinstance(found, AppPlan):
+        return found
+    restore, risks, src = found
+    steps: list[Step] = []
+    if live.job_id and live.job in (JobPhase.FAILING, JobPhase.STARTING) and live.cluster is not ClusterPhase.FAILED:
+        steps.append(CancelJob(job_id=live.job_id, deadline_s=step_deadlines(ctx)[0]))
+    steps.extend(ctx_start_steps(ctx, restore, ctx.job_id))
+    origin = src.describe() if src else restore.describe()
+    return ctx.app_plan(Action.REPAIR, f"drift: {what}; restarting from {origin}",
+                        risks=risks, steps=tuple(steps), repair=repair_kind(live))
+
+
+# Flink states a job passes through while Flink itself recovers it (its restart strategy, slots coming back).
+_RECOVERING_STATES = frozenset({"RESTARTING", "INITIALIZING", "CREATED", "RECONCILING", "FAILING", "RUNNING"})
+
+
+def repair_kind(live: LiveApp) -> str:
+    """What a repair brings back, for its metric and its history line."""
+    if live.missing_processes:
+        return "jobmanager" if any("jobmanager" in p for p in live.missing_processes) else "taskmanager"
+    if live.cluster is ClusterPhase.FAILED:
+        return "jobmanager"
+    if live.cluster is ClusterPhase.ABSENT:
+        return "cluster"
+    return "job"
+
+
+def recovering(ctx: Ctx) -> AppPlan | None:
+    """Let Flink recover first. A job Flink is restarting (or a cluster still coming back) is given the app's
+    recovery.gracePeriod, counted from when the job was first seen unhealthy; dead processes of a cluster whose
+    JobManager is up are restarted at once (nothing else would), and the job then recovers on them by itself.
+    None: nothing is recovering, or the grace period is over: the caller repairs."""
+    live = ctx.live
+    rec = ctx.inp.records.get(ctx.name)
+    gave_up = (live.flink_state or "").upper() == "FAILED"  # Flink's restart strategy is exhausted: a full repair
+    if live.missing_processes and live.cluster is not ClusterPhase.FAILED and not gave_up:
+        kind = repair_kind(live)
+        guard = repair_guard(ctx, kind)
+        if guard is not None:
+            return guard
+        ref = SpecRef.PREVIOUS if ctx.previous is not None else SpecRef.DESIRED  # what runs, not a new config
+        _, start, _ = step_deadlines(ctx)
+        steps: list[Step] = [EnsureCluster(spec=ref, deadline_s=start)]
+        if live.job_id:
+            steps.append(AwaitRunning(job_id=live.job_id, deadline_s=start))
+        return ctx.app_plan(
+            Action.REPAIR,
+            f"{', '.join(live.missing_processes)} not running: restarting it on the live cluster"
+            + (f"; job {live.job_id} recovers from its latest checkpoint by itself" if live.job_id else ""),
+            steps=tuple(steps), repair=kind)
+    if live.cluster is ClusterPhase.STARTING and live.job_id is None:
+        what = f"the cluster is coming back ({live.cluster_message or 'starting'})"
+    elif live.job_id and live.job in (JobPhase.STARTING, JobPhase.FAILING) and (
+            (live.flink_state or "").upper() in _RECOVERING_STATES):
+        what = f"Flink is recovering job {live.job_id} ({live.flink_state})"
+    else:
+        return None
+    since = (rec.unhealthy_since if rec else None) or ctx.inp.now
+    grace = ctx.desired.spec.recovery.grace_period
+    if ctx.inp.now - since >= grace:
+        return None
+    return ctx.app_plan(
+        Action.NOOP, f"recovering since {since:%Y-%m-%d %H:%M:%S} UTC: {what}; if it is not running by "
+        f"{since + grace:%H:%M:%S} UTC (recovery.gracePeriod {age_text(grace)}), it is restarted from its newest "
+        "checkpoint or savepoint", repair="recovering")
+
+
+def repair_guard(ctx: Ctx, kind: str) -> AppPlan | None:
+    """No crash loops: repairs of one spec back off exponentially, and after too many within the window the app
+    is failed with Flink's last error and left alone until Git changes (a fix, or a restartNonce bump)."""
+    rec = ctx.inp.records.get(ctx.name)
+    if rec is None or rec.repairs_spec_hash != ctx.desired.spec_hash:
+        return None
+    pol = ctx.inp.policy
+    recent = sorted(t for t in rec.repairs if ctx.inp.now - t <= pol.repair_window)
+    if not recent:
+        return None
+    if len(recent) >= pol.repair_max_attempts:
+        error = ctx.live.job_exception or (rec.last_message if rec.last_action == Action.REPAIR.value else None)
+        return ctx.app_plan(
+            Action.BLOCKED,
+            f"crash loop: {len(recent)} automatic repairs within {age_text(pol.repair_window)} did not keep the job "
+            f"running" + (f"; last error: {error}" if error else "") + ". Not restarting it again: push a fix, "
+            "or bump spec.job.restartNonce to retry the same spec.", repair=kind)
+    wait = min(pol.repair_backoff_max, pol.repair_backoff * 2 ** (len(recent) - 1))
+    if ctx.inp.now < recent[-1] + wait:
+        return ctx.app_plan(
+            Action.NOOP, f"{kind} needs a repair; attempt {len(recent) + 1} waits until "
+            f"{recent[-1] + wait:%H:%M:%S} UTC (backoff {age_text(wait)} after {len(recent)} within "
+            f"{age_text(pol.repair_window)})", repair=kind)
+    return None
