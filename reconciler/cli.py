@@ -1,4 +1,8 @@
-"""The command line: a thin shell over the core. Exit codes follow `terraform plan -detailed-exitcode`."""
+"""The command line: a thin shell over the core. Exit codes follow `terraform plan -detailed-exitcode`.
+
+Over 600 lines because it is one concern, the argument surface of every subcommand and its rendering to
+the terminal; each command's work lives in `reconciler.service` and below.
+"""
 
 from __future__ import annotations
 

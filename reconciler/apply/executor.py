@@ -16,6 +16,9 @@ Apps are independent: `run` executes them on a bounded thread pool and one app's
 becomes that app's FAILURE, never the others'. A `BaseException` that is not an `Exception`
 (KeyboardInterrupt, SystemExit, a test's simulated crash) is deliberately not caught: it models the
 process dying, and the journal is what a later `resume` continues from.
+
+Over 600 lines for one concern: every step kind's handler, with its deadline, retries, and the forward,
+rollback and abort stages that must read as one state machine.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ them, refreshed by `records()` (once per pass: one LIST per namespace on Kuberne
 Crash safety is the point: the executor writes *before* a step has any effect outside and *after* it
 completed, and every write is a compare-and-set of the whole record, so a process killed at any moment
 leaves a record it can resume from, and two writers never silently overwrite each other.
+
+Over 600 lines for one concern: the record's document and every transition of it (one compare-and-set
+write each), which must be reviewed together for crash safety.
 """
 
 from __future__ import annotations

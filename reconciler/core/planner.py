@@ -4,6 +4,9 @@ Read top to bottom, `_plan_app` is the ladder a reviewer checks: invalid specs n
 pass the guards, a failed revision is not retried in a loop, and every path that would start a job
 without its state either has the spec's consent (stateless) and says so in `risks`, or is blocked
 with an instruction.
+
+Over 600 lines for one concern, the ladder of decisions a reviewer reads top to bottom; the restore-point
+choice (`core.restore`) and self-healing (`core.heal`) are their own modules.
 """
 
 from __future__ import annotations

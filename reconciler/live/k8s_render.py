@@ -31,6 +31,9 @@ removes the JobManager on suspend); its state lives in the savepoint taken befor
 
 ownerReferences need the root's UID, which only exists once the root was applied: `render_app` adds them
 when given ``root_uid`` and otherwise leaves them out (the runtime applies the root first).
+
+Over 600 lines for one concern: every object a FlinkApp becomes, pure, so golden files and a server-side
+dry run check all of it together.
 """
 
 from __future__ import annotations

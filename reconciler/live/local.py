@@ -15,6 +15,9 @@ under the state directory::
 A restarted reconciler finds running clusters through cluster.json (alive PIDs whose command line
 carries this cluster's marker, REST answering) and never starts a second one. Signals only ever go to
 PIDs whose /proc/<pid>/cmdline carries the marker, so a reused PID is never killed.
+
+Over 600 lines for one concern, the lifecycle of a cluster of JVMs (start, scale, stop, warm standby, the
+records that find its processes again after a crash); its configuration rendering is `local_config.py`.
 """
 
 from __future__ import annotations

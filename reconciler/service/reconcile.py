@@ -3,6 +3,8 @@
 This is the imperative shell around the pure planner. Each outside system is reached through its own
 module (source.git, live.*, apply.journal, report.*); this module only sequences them and decides
 which commit statuses to post.
+
+Just over 600 lines for one concern, sequencing a pass; what it builds from settings is `factories.py`.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ second; see bench/git_read.py).
 Credentials never reach argv, logs or exception text: an https token travels as an
 `http.extraHeader` given through `GIT_CONFIG_*` environment variables, an ssh key through
 `GIT_SSH_COMMAND`, and every message built from git's stderr is redacted.
+
+Over 600 lines because it is the only module importing Git: mirror, fetch, tree reads, notes and commits
+all live here so that one place holds every Git call and its error mapping.
 """
 
 from __future__ import annotations

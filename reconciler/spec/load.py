@@ -14,6 +14,9 @@ symlink, a directory, no permission: `Unreadable`). The planner never deletes or
 because its file broke. An error is attributed to an app (`SpecError.app`) by the app's name when the
 document has a valid one, else to the file itself (`file_key`), so that every error reaches the plan
 as an `error` entry even when no app can be named.
+
+Over 600 lines for one concern: parsing specs fast (libyaml) yet with exact file:line:field errors and
+the hostile-input limits, which must agree line for line.
 """
 
 from __future__ import annotations
