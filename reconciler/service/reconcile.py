@@ -112,6 +112,7 @@ class Reconciler:
         self._problems: dict[tuple[str, str], tuple[SpecError, ...]] = {}
         self._said: dict[str, tuple[tuple[str, str], str]] = {}  # app -> the blocked/error status said (_stable)
         self._states: dict[str, tuple[str, str]] = {}  # app -> (state, why) after the last pass that planned it
+        self._waiting: dict[str, tuple[str, str]] = {}  # app -> (state, why) last logged while it was not ok
 
     # ------------------------------------------------------------------ ReconcileService
 
@@ -385,6 +386,20 @@ class Reconciler:
         """Each app's state after this pass, for /metrics (`flink_reconciler_apps`) and the status page. A full
         pass plans every app and replaces them all; an incremental one updates the apps it planned."""
         states = {ap.app: app_state(ap, results.get(ap.app)) for ap in the_plan.apps}
+        for ap in the_plan.apps:  # one log line when an app starts or stops waiting, not one per pass
+            state, why = states[ap.app]
+            before = self._states.get(ap.app)
+            waiting = "recovering" if ap.repair == "recovering" else state
+            was = self._waiting.get(ap.app)
+            if waiting != "ok" and (was is None or was[0] != waiting or reason_key(was[1]) != reason_key(why)):
+                if waiting == "recovering":
+                    log.info("%s: %s", ap.app, why)
+                else:
+                    log.warning("%s: %s: %s", ap.app, waiting, why)
+                self._waiting[ap.app] = (waiting, why)
+            elif waiting == "ok" and was is not None and before is not None:
+                log.info("%s: ok again (was %s)", ap.app, was[0])
+                self._waiting.pop(ap.app, None)
         self._states = states if full else {**self._states, **states}
         if self.metrics:
             counts = {s: 0 for s in APP_STATES}
