@@ -92,3 +92,20 @@ def test_readiness_follows_the_last_pass_and_a_failed_pass_is_retried_though_git
     runtime.error = None
     rec.sync(full=False, reason="poll")
     assert rec.readiness() == (True, f"ok: {repo.origin} at {head[:12]}")
+
+
+def test_an_app_that_waits_is_logged_once_not_on_every_pass(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    repo = Repo(tmp_path)
+    repo.write("apps/a.yaml", spec("a").replace("parallelism:", "paralelism:"))
+    repo.write("apps/b.yaml", spec("b"))
+    repo.commit("a is broken")
+    rec = _reconciler(repo, tmp_path / "state")
+    rec.source.fetch()
+    head = rec.source.resolve("main")
+    with caplog.at_level("INFO", logger="reconciler.service.reconcile"):
+        for _ in range(3):
+            rec.apply(head)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("a: error")]
+    assert len(lines) == 1, lines
+    assert "spec.job.paralelism: unknown field" in lines[0]
+    assert not [r for r in caplog.records if r.getMessage().startswith("b:")], "an app that is fine says nothing"
