@@ -532,6 +532,9 @@ class _Converter:
         old = node.get("resource")
         memory: tuple[int, str] | None = None
         cpu: tuple[float, str] | None = None
+        for key, v in (("resources", new), ("resource", old)):
+            if v is not None and not isinstance(v, Mapping):
+                raise UnimportableError(f"{where}.{key}", f"expected a map, got {type(v).__name__}")
         if isinstance(new, Mapping) and (new.get("requests") or new.get("limits")):
             req = new.get("requests") or {}
             lim = new.get("limits") or {}
@@ -567,8 +570,6 @@ class _Converter:
             if old.get("ephemeralStorage") is not None:
                 self.note(f"{where}.resource.ephemeralStorage", "has no FlinkApp field: not imported (put it on "
                           "flink-main-container's resources in spec.podTemplate)", True)
-        elif old is not None or new is not None:
-            raise UnimportableError(f"{where}.resources", "expected a map with requests/limits")
         return memory, cpu
 
     # --- job ---------------------------------------------------------------------------------------------------
