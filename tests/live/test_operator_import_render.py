@@ -102,7 +102,7 @@ def deployments(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
                            "upgradeMode": "savepoint" if stateful else "stateless", "args": args}
     if entry:
         job["entryClass"] = entry
-    doc = {"apiVersion": "flink.apache.org/v1beta1", "kind": "FlinkDeployment",
+    doc: dict[str, Any] = {"apiVersion": "flink.apache.org/v1beta1", "kind": "FlinkDeployment",
            "metadata": {"name": "prop-app", "namespace": "ns"},
            "spec": {"image": draw(st.sampled_from(["flink:2.2", "registry.example/jobs/app:1.4"])),
                     "flinkVersion": "v2_2",
