@@ -216,6 +216,21 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--reference", action="store_true",
                    help="the Markdown field reference instead (default: the JSON Schema)")
     s.set_defaults(func=cmd_schema)
+
+    im = sub.add_parser("import", help="convert Flink Kubernetes Operator FlinkDeployments into FlinkApp specs",
+                        description="Convert flink.apache.org/v1beta1 FlinkDeployment documents (application mode; "
+                                    "as `kubectl get flinkdeployment -o yaml` prints them) into FlinkApp specs, "
+                                    "each value commented with the field it came from. Exit 0 when every "
+                                    "document runs the same under flink-reconciler, 1 when anything was not "
+                                    "imported or would run differently (each listed with the reason). See "
+                                    "docs/migrate-from-flink-operator.md.")
+    im.add_argument("source", help="a YAML file, a directory of *.yaml/*.yml files, or - for stdin")
+    im.add_argument("--out", type=Path, help="write one <name>.yaml per app into this directory and the report to "
+                                             "stdout (default: the specs to stdout, the report to stderr)")
+    im.add_argument("--force", action="store_true", help="overwrite existing files in --out (default: refuse)")
+    im.add_argument("--output", choices=["text", "json"], default="text",
+                    help="report format (default: %(default)s)")
+    im.set_defaults(func=cmd_import)
     return p
 
 
@@ -793,6 +808,13 @@ def schema_json() -> str:
     from reconciler.spec.schema import flinkapp_schema
 
     return json.dumps(flinkapp_schema(), indent=2, sort_keys=False) + "\n"
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from reconciler import cli_import
+
+    return cli_import.run(args.source, args.out, force=args.force, output=args.output, stdin=sys.stdin,
+                          stdout=sys.stdout, stderr=sys.stderr)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
