@@ -307,7 +307,7 @@ def _plan_present(
     if not was_running and not running:
         return blocked or _resume(ctx)
 
-    if live.job is not JobPhase.RUNNING:  # Git says it runs and it did run: heal (docs/plan.md#self-healing)
+    if live.job is not JobPhase.RUNNING or live.missing_processes:  # it ran: heal (docs/plan.md#self-healing)
         waiting = recovering(ctx)
         if waiting is not None:
             return waiting

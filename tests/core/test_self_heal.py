@@ -59,6 +59,10 @@ ROWS = [
     Row("a TaskManager died: restarted at once on the live cluster, the job recovers by itself",
         live(cluster=ClusterPhase.STARTING, missing=("taskmanager-0",)), rec(), Action.REPAIR,
         ("EnsureCluster", "AwaitRunning"), "taskmanager-0 not running", repair="taskmanager"),
+    Row("a TaskManager died but the job runs on (spare slots): the process is restarted all the same",
+        live(cluster=ClusterPhase.STARTING, missing=("taskmanager-1",), state="RUNNING")
+        .model_copy(update={"job": JobPhase.RUNNING}), rec(), Action.REPAIR, ("EnsureCluster", "AwaitRunning"),
+        "taskmanager-1 not running", repair="taskmanager"),
     Row("Flink restarting the job within the grace period: wait, and say since when",
         live(), rec(unhealthy_for=timedelta(seconds=20)), Action.NOOP, (),
         "recovering since 2026-06-01 11:59:40 UTC: Flink is recovering job", repair="recovering"),
