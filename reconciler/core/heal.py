@@ -9,6 +9,7 @@ from reconciler.core.context import Ctx, age_text, ctx_start_steps, step_deadlin
 from reconciler.core.observed import ClusterPhase, JobPhase, LiveApp
 from reconciler.core.plan import Action, AppPlan, AwaitRunning, CancelJob, EnsureCluster, SpecRef, Step
 from reconciler.core.restore import restore_when_not_running
+from reconciler.spec.model import ChangeClass
 
 
 def repair(ctx: Ctx) -> AppPlan:
@@ -62,11 +63,17 @@ def recovering(ctx: Ctx) -> AppPlan | None:
         steps: list[Step] = [EnsureCluster(spec=ref, deadline_s=start)]
         if live.job_id:
             steps.append(AwaitRunning(job_id=live.job_id, deadline_s=start))
-        return ctx.app_plan(
+        fixed = ctx.app_plan(
             Action.REPAIR,
             f"{', '.join(live.missing_processes)} not running: restarting it on the live cluster"
             + (f"; job {live.job_id} recovers from its latest checkpoint by itself" if live.job_id else ""),
             steps=tuple(steps), repair=kind)
+        if ctx.previous_canonical is not None and ctx.previous_canonical != ctx.desired_canonical:
+            # What this repair applies is what runs: a Git change waits for the next pass, which plans it as the
+            # upgrade it is (recording the new spec as applied here would skip it for good).
+            fixed = fixed.model_copy(update={"desired": ctx.previous_canonical, "diff": (),
+                                             "change_class": ChangeClass.IGNORE})
+        return fixed
     if live.cluster is ClusterPhase.STARTING and live.job_id is None:
         what = f"the cluster is coming back ({live.cluster_message or 'starting'})"
     elif live.job_id and live.job in (JobPhase.STARTING, JobPhase.FAILING) and (

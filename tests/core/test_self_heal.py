@@ -143,6 +143,8 @@ def test_a_dead_taskmanager_is_restarted_at_the_spec_that_runs_not_a_new_one() -
     ensure, wait = p.steps
     assert isinstance(ensure, EnsureCluster) and ensure.spec is SpecRef.PREVIOUS
     assert isinstance(wait, AwaitRunning) and wait.job_id == JOB
+    assert p.desired == P1.canonical(), "the repair records what runs as applied, so the change is still planned next"
+    assert not p.diff
 
 
 def test_the_policy_sets_the_crash_loop_limits() -> None:
