@@ -89,8 +89,8 @@ class Heal:
         res = self.rec.apply(self.rev)
         for ap in res.plan.apps:
             out = res.results.get(ap.app)
-            print(f"pass: {ap.action.value} {ap.reason[:160]}" + (f" -> {out.outcome.value} {out.message[:200]}"
-                                                                    if out else ""))
+            reason = ap.reason if ap.action is not Action.NOOP else ap.reason[:160]
+            print(f"pass: {ap.action.value} {reason}" + (f" -> {out.outcome.value} {out.message[:200]}" if out else ""))
         return res
 
     def job(self) -> str | None:
