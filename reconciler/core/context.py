@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from reconciler.core.diff import highest_class
-from reconciler.core.observed import LiveApp, LiveState, Records
+from reconciler.core.observed import LiveApp, LiveState, Outcome, Records
 from reconciler.core.plan import (
     Action,
     AppPlan,
@@ -174,3 +174,25 @@ def age_text(d: timedelta) -> str:
     if secs < 7200:
         return f"{secs // 60}m"
     return f"{secs // 3600}h{(secs % 3600) // 60:02d}m"
+
+
+def failed_before(ctx: Ctx) -> AppPlan | None:
+    """A revision that failed is not retried in a loop: a new commit or a nonce retries."""
+    rec = ctx.inp.records.get(ctx.name)
+    if not rec or rec.last_outcome is not Outcome.FAILURE:
+        return None
+    if rec.last_attempted_spec_hash != ctx.desired.spec_hash:
+        return None
+    if rec.last_action == Action.REPAIR.value:  # the crash-loop guard counts failed repairs (repair_guard)
+        return None
+    if (rec.last_message or "").startswith(FAILED_BEFORE):
+        return ctx.app_plan(Action.BLOCKED, rec.last_message or "")  # already said; never nest it
+    return ctx.app_plan(
+        Action.BLOCKED,
+        f"{FAILED_BEFORE} at revision {(rec.last_attempted_revision or '?')[:12]}: "
+        f"{rec.last_message or 'see history'}. Not retrying in a loop: push a fix, or bump "
+        "spec.job.restartNonce to retry the same spec.",
+    )
+
+
+FAILED_BEFORE = "this spec already failed"

@@ -5,14 +5,29 @@ the app's record.
 
 from __future__ import annotations
 
-from reconciler.core.context import Ctx, age_text, ctx_start_steps, step_deadlines
+from reconciler.core.context import Ctx, age_text, ctx_start_steps, failed_before, step_deadlines
+from reconciler.core.diff import highest_class
 from reconciler.core.observed import ClusterPhase, JobPhase, LiveApp
-from reconciler.core.plan import Action, AppPlan, AwaitRunning, CancelJob, EnsureCluster, SpecRef, Step
+from reconciler.core.plan import (
+    NO_STATE,
+    Action,
+    AppPlan,
+    AwaitRunning,
+    CancelJob,
+    EnsureCluster,
+    Restore,
+    RestoreKind,
+    SpecRef,
+    Step,
+)
 from reconciler.core.restore import restore_when_not_running
-from reconciler.spec.model import ChangeClass
+from reconciler.spec.model import ChangeClass, UpgradeMode
 
 
 def repair(ctx: Ctx) -> AppPlan:
+    rejoined = rejoin(ctx)
+    if rejoined is not None:
+        return rejoined
     live = ctx.live
     what = (f"job {live.job_id} is {live.flink_state}" if live.job_id
             else "the cluster is gone" if live.cluster is ClusterPhase.ABSENT
@@ -28,6 +43,30 @@ def repair(ctx: Ctx) -> AppPlan:
     origin = src.describe() if src else restore.describe()
     return ctx.app_plan(Action.REPAIR, f"drift: {what}; restarting from {origin}",
                         risks=risks, steps=tuple(steps), repair=repair_kind(live))
+
+
+def rejoin(ctx: Ctx) -> AppPlan | None:
+    """A job whose JobManager is gone while Flink's HA data of it remains (Kubernetes HA: a deleted JobManager
+    Deployment, a deleted cluster): the same job id is started again, and Flink resumes it from its latest
+    checkpoint, as it does when the kubelet replaces the pod. A new job would start from the newest state the
+    planner can see, which on Kubernetes is the last savepoint on record (checkpoints are in the HA data and the
+    object store): older than the latest checkpoint, a silent rewind. Only for a job of the app's own lineage, and
+    only while the spec is the one it ran (an upgrade-class change waits until it runs again: then it is upgraded
+    from a savepoint)."""
+    live, rec = ctx.live, ctx.inp.records.get(ctx.name)
+    job = live.ha_job_id
+    if job is None or live.job_id is not None or rec is None or job not in {rec.job_id, *rec.job_ids} \
+            or highest_class(ctx.changes) >= ChangeClass.UPGRADE:
+        return None
+    sp = rec.latest_savepoint
+    stateless = ctx.desired.spec.job.upgrade_mode is UpgradeMode.STATELESS
+    restore = Restore(kind=RestoreKind.PATH, path=sp.path) if sp and not stateless else NO_STATE
+    gone = "its cluster is gone" if live.cluster is ClusterPhase.ABSENT else "its JobManager is gone"
+    return ctx.app_plan(
+        Action.REPAIR, f"drift: {gone}, and Flink's HA data of job {job} remains: starting job {job} again, which "
+        "Flink resumes from its latest checkpoint (the restore point of its arguments, "
+        f"{restore.path or 'empty state'}, only if it has none)",
+        steps=tuple(ctx_start_steps(ctx, restore, job)), repair=repair_kind(live))
 
 
 # Flink states a job passes through while Flink itself recovers it (its restart strategy, slots coming back).
@@ -53,6 +92,9 @@ def recovering(ctx: Ctx) -> AppPlan | None:
     live = ctx.live
     rec = ctx.inp.records.get(ctx.name)
     gave_up = (live.flink_state or "").upper() == "FAILED"  # Flink's restart strategy is exhausted: a full repair
+    if live.missing_processes and live.job_id is None and repair_kind(live) == "jobmanager":
+        # Nothing else brings back a JobManager that is gone; a spec that failed is still not retried in a loop.
+        return failed_before(ctx) or repair_guard(ctx, "jobmanager") or repair(ctx)
     if live.missing_processes and live.cluster is not ClusterPhase.FAILED and not gave_up:
         kind = repair_kind(live)
         guard = repair_guard(ctx, kind)

@@ -97,8 +97,13 @@ class LiveApp(Frozen):
     retired_cluster: bool = False
     # Processes of the live cluster that died while its JobManager stays up (a kill -9'd TaskManager): the
     # runtime restarts them in place (EnsureCluster) and Flink restores the job from its latest checkpoint.
-    # Only runtimes with nothing else to restart a process (local) report them; Kubernetes has its kubelet.
+    # Only what nothing else restarts is reported: a dead local process; on Kubernetes, where the kubelet and the
+    # workload controllers replace pods, a deleted workload ("jobmanager" / "taskmanager").
     missing_processes: tuple[str, ...] = ()
+    # A job whose JobManager is gone while the runtime keeps Flink's HA data of it (Kubernetes HA: its job graph
+    # and the pointer to its latest checkpoint, which the reconciler cannot read itself): the same job id started
+    # again resumes from that checkpoint. Not part of the fingerprint.
+    ha_job_id: str | None = None
     job_exception: str | None = None  # the root exception Flink reports for a job that is not running
     # The runtime's own account of this app cannot be read (a corrupt cluster.json, a root ConfigMap's pointer
     # edited by hand): what is wrong and what to do. The app is BLOCKED until a human repairs it.

@@ -20,6 +20,7 @@ from reconciler.core.context import (
     PlanInput,
     Policy,
     ctx_start_steps,
+    failed_before,
     seconds,
     start_steps,
     step_deadlines,
@@ -31,7 +32,6 @@ from reconciler.core.observed import (
     JobPhase,
     LiveApp,
     LiveState,
-    Outcome,
     Records,
 )
 from reconciler.core.plan import (
@@ -278,7 +278,7 @@ def _plan_present(
     if live.cluster is ClusterPhase.UNKNOWN:
         return ctx.app_plan(Action.NOOP, f"live state unknown ({live.cluster_message}); nothing is changed "
                                          "until it can be observed")
-    blocked = _failed_before(ctx)
+    blocked = failed_before(ctx)
     running = live.job in (JobPhase.RUNNING, JobPhase.STARTING)
 
     if previous is None:  # first sight: no spec of it was ever applied, as far as the records know
@@ -360,28 +360,6 @@ def _leftover_clusters(ctx: Ctx) -> AppPlan | None:
         return None
     return ctx.app_plan(Action.REPAIR, f"{' and '.join(what)} left beside the live cluster by an interrupted "
                                        "upgrade: removing it (the job keeps running)", steps=tuple(steps))
-
-
-def _failed_before(ctx: Ctx) -> AppPlan | None:
-    """A revision that failed is not retried in a loop: a new commit or a nonce retries."""
-    rec = ctx.inp.records.get(ctx.name)
-    if not rec or rec.last_outcome is not Outcome.FAILURE:
-        return None
-    if rec.last_attempted_spec_hash != ctx.desired.spec_hash:
-        return None
-    if rec.last_action == Action.REPAIR.value:  # the crash-loop guard counts failed repairs (repair_guard)
-        return None
-    if (rec.last_message or "").startswith(_FAILED_BEFORE):
-        return ctx.app_plan(Action.BLOCKED, rec.last_message or "")  # already said; never nest it
-    return ctx.app_plan(
-        Action.BLOCKED,
-        f"{_FAILED_BEFORE} at revision {(rec.last_attempted_revision or '?')[:12]}: "
-        f"{rec.last_message or 'see history'}. Not retrying in a loop: push a fix, or bump "
-        "spec.job.restartNonce to retry the same spec.",
-    )
-
-
-_FAILED_BEFORE = "this spec already failed"
 
 
 def _create(ctx: Ctx) -> AppPlan:

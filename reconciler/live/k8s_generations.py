@@ -37,6 +37,7 @@ class AppView:
     pods: list[Obj] = field(default_factory=list)
     live_generation: str = ""
     others: dict[str, ClusterView] = field(default_factory=dict)
+    ha_jobs: set[str] = field(default_factory=set)  # jobs Flink keeps HA data of, under their generation's identity
 
 
 @dataclass(frozen=True)

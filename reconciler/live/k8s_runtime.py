@@ -4,8 +4,8 @@ It talks to the API server through `k8s_api.Kube` (the only module importing `ku
 is mixed in from `k8s_standby`; what it reads from objects' status is in `k8s_status` and `k8s_generations`.
 
 Costs per reconcile cycle (`list_clusters`): one list per kind (ConfigMap roots, Deployment,
-StatefulSet, Pod) per watched namespace, whatever the number of apps, plus one Event list per namespace
-only when some app is not ready (to explain why). Never one GET per object per app.
+StatefulSet, Pod, Flink's HA ConfigMaps) per watched namespace, whatever the number of apps, plus one Event list
+per namespace only when some app is not ready (to explain why). Never one GET per object per app.
 
 What the runtime owns of an app (see `k8s_render` for the objects):
 - `ensure_cluster` applies everything but the JobManager Deployment (which carries the job: its args
@@ -53,6 +53,7 @@ from reconciler.live.k8s_status import (
     HA_CONFIGMAP_SELECTOR,
     generation_failure,
     ha_configmap_cluster_id,
+    ha_job_of,
     is_session_suffix,
     label,
     pod_problem,
@@ -124,6 +125,7 @@ class KubernetesRuntime(WarmStandby):
                 deps = self.kube.list("Deployment", ns, selector)
                 stss = self.kube.list("StatefulSet", ns, selector)
                 pods = self.kube.list("Pod", ns, selector)
+                ha = self.kube.list("ConfigMap", ns, HA_CONFIGMAP_SELECTOR)
                 clusters: dict[str, dict[str, ClusterView]] = {}
                 for obj in roots + deps + stss + pods:
                     app = label(obj, r.LABEL_INSTANCE)
@@ -147,6 +149,10 @@ class KubernetesRuntime(WarmStandby):
                     live = by_gen.pop(v.live_generation, ClusterView())
                     v.jobmanager, v.taskmanager, v.pods = live.jobmanager, live.taskmanager, live.pods
                     v.others = by_gen
+                for cm in ha:  # Flink's HA data outlives the objects we own (a deleted cluster, a deleted JobManager)
+                    found = ha_job_of(cm)
+                    if found is not None and _selects(selector, found[0]):
+                        views.setdefault(found[0], AppView(namespace=ns)).ha_jobs.add(found[1])
         except (KubernetesApiError, KubernetesUnavailableError) as e:
             raise ObserveError(f"cannot observe Kubernetes apps: {e}") from e
         for app, v in views.items():
@@ -191,12 +197,25 @@ class KubernetesRuntime(WarmStandby):
             if o is not None:
                 spec_hash = ((o.get("metadata") or {}).get("annotations") or {}).get(r.ANNOTATION_SPEC_HASH)
                 break
-        rest = self._rest_url(app, v.namespace)
+        rest: str | None = self._rest_url(app, v.namespace)
+        ha_job = _ha_job(v)
         if v.root is None and v.jobmanager is None and v.taskmanager is None:
-            return ClusterInfo(app=app, phase=ClusterPhase.ABSENT, message="only leftover pods" if v.pods else None)
+            return ClusterInfo(app=app, phase=ClusterPhase.ABSENT, message="only leftover pods" if v.pods else None,
+                               ha_job_id=ha_job)
         if v.jobmanager is None and v.taskmanager is None:
-            return ClusterInfo(app=app, phase=ClusterPhase.ABSENT, spec_hash=spec_hash,
-                               message="suspended: configuration kept, no pods")
+            return ClusterInfo(app=app, phase=ClusterPhase.ABSENT, spec_hash=spec_hash, ha_job_id=ha_job,
+                               message="no JobManager or TaskManagers (suspended, or its workloads were deleted): "
+                                       "configuration kept")
+        # In application mode nothing but a repair recreates a deleted workload (the kubelet and the workload
+        # controllers only replace pods): the planner is told at once, it does not wait for it to come back.
+        missing: tuple[str, ...] = ()
+        if not v.live_generation and v.jobmanager is None:
+            missing = ("jobmanager",)
+            rest = None  # a JobManager still terminating may answer for a moment: it is no live JobManager
+        elif not v.live_generation and v.taskmanager is None:
+            missing = ("taskmanager",)
+        gone = [f"the {'JobManager' if m == 'jobmanager' else 'TaskManager'} workload "
+                f"{r.object_names(app)[m]} is gone" for m in missing]
         problems: list[tuple[bool, str]] = []
         for comp, w in (("JobManager", v.jobmanager), ("TaskManagers", v.taskmanager)):
             if w is None:
@@ -207,16 +226,13 @@ class KubernetesRuntime(WarmStandby):
                 problems.append((fatal, f"{comp}: {why}"))
         pod_issues = self._pod_issues(v, events)
         if any(f for f, _ in pod_issues) or any(f for f, _ in problems):
-            msgs = [m for f, m in pod_issues if f] + [m for f, m in problems if f]
+            msgs = gone + [m for f, m in pod_issues if f] + [m for f, m in problems if f]
             return ClusterInfo(app=app, phase=ClusterPhase.FAILED, rest_url=rest, message="; ".join(msgs),
-                               spec_hash=spec_hash)
-        if problems or pod_issues:
+                               spec_hash=spec_hash, missing=missing, ha_job_id=ha_job)
+        if problems or pod_issues or missing:
             return ClusterInfo(app=app, phase=ClusterPhase.STARTING, rest_url=rest,
-                               message="; ".join([m for _, m in pod_issues] + [m for _, m in problems]),
-                               spec_hash=spec_hash)
-        if v.jobmanager is None:
-            return ClusterInfo(app=app, phase=ClusterPhase.STARTING, rest_url=rest, spec_hash=spec_hash,
-                               message="TaskManagers ready; the JobManager is deployed with the job")
+                               message="; ".join(gone + [m for _, m in pod_issues] + [m for _, m in problems]),
+                               spec_hash=spec_hash, missing=missing, ha_job_id=ha_job)
         return ClusterInfo(app=app, phase=ClusterPhase.READY, rest_url=rest, spec_hash=spec_hash,
                            message=rewind_warning(v.root, v.jobmanager, v.pods))
 
@@ -358,19 +374,21 @@ class KubernetesRuntime(WarmStandby):
         if view.live_generation:
             return self._ensure_session(app, view.live_generation, deadline=deadline)
         live_tm = view.taskmanager
-        objs = self._render_or_fail(app, taskmanagers_for=taskmanager_generation(live_tm))
+        # TaskManagers deleted under a live JobManager (nothing else recreates them): back, for the job it runs.
+        tm_job = taskmanager_generation(live_tm if live_tm is not None else view.jobmanager)
+        objs = self._render_or_fail(app, taskmanagers_for=tm_job)
         names = r.object_names(app.name)
         jm = ("Deployment", names["jobmanager"])
         tm = {("Deployment", names["taskmanager"]), ("StatefulSet", names["taskmanager"])}
         suspended = app.spec.job.state is JobState.SUSPENDED
-        deferred = {jm} | (tm if live_tm is None else set())
+        deferred = {jm} | (tm if live_tm is None and tm_job is None else set())
         keep = [o for o in objs if (o["kind"], o["metadata"]["name"]) not in deferred]
         self.apply(keep)
         self._ns_of[app.name] = app.metadata.namespace
         self.prune(app, keep, spare=() if suspended else tuple(sorted(deferred)))
         if suspended:
             return self.observe(app.name)
-        if live_tm is None:
+        if live_tm is None and tm_job is None:
             return ClusterInfo(app=app.name, phase=ClusterPhase.READY, rest_url=self._rest_url(app.name,
                                app.metadata.namespace), spec_hash=(objs[0]["metadata"].get("annotations") or {}
                                                                    ).get(r.ANNOTATION_SPEC_HASH),
@@ -575,6 +593,23 @@ class KubernetesRuntime(WarmStandby):
                 reason = info.message or "no reason reported by Kubernetes"
                 raise DeadlineExceededError(f"{app.name}: {what} after {now - start:.0f}s: {reason}")
             self.clock.sleep(min(self.poll_interval, max(0.0, deadline - now)))
+
+
+def _selects(selector: str, app: str) -> bool:
+    """Whether `selector` (every managed app's, or one app's: r.app_selector) takes in `app`."""
+    instance = next((p.partition("=")[2] for p in selector.split(",") if p.startswith(f"{r.LABEL_INSTANCE}=")), None)
+    return instance is None or instance == app
+
+
+def _ha_job(v: AppView) -> str | None:
+    """The job whose JobManager is gone while Flink keeps its HA data (the cluster in application mode only: a
+    session cluster recovers its jobs by itself): the TaskManagers' job when they are left, else the only one."""
+    if v.jobmanager is not None or v.live_generation or not v.ha_jobs:
+        return None
+    tm_job = taskmanager_generation(v.taskmanager)
+    if tm_job in v.ha_jobs:
+        return tm_job
+    return next(iter(v.ha_jobs)) if len(v.ha_jobs) == 1 else None
 
 
 __all__ = ["OWNED_KINDS", "PRUNABLE", "KubernetesRuntime"]

@@ -53,6 +53,21 @@ def ha_configmap_cluster_id(app: str, cm: Obj) -> str | None:
     return cid if is_ha_configmap_name(cid, str((cm.get("metadata") or {}).get("name", ""))) else None
 
 
+def ha_job_of(cm: Obj) -> tuple[str, str] | None:
+    """(app, job id) of Flink's HA ConfigMap of one job kept under the HA identity of that job's own generation
+    (`<app>.<first digits of the job id>`, k8s_render.ha_cluster_id); None for anything else: the cluster's own HA
+    ConfigMap, a warm standby's session identity, an identity from before generations (the app name)."""
+    cid = label(cm, "app") or ""
+    app, dot, digits = cid.rpartition(".")
+    name = str((cm.get("metadata") or {}).get("name", ""))
+    if not dot or not app or not _hex(digits, r.HA_ID_DIGITS):
+        return None
+    job = name.removeprefix(f"{cid}-").removesuffix("-config-map")
+    if not (name.startswith(f"{cid}-") and name.endswith("-config-map") and _hex(job, 32) and job.startswith(digits)):
+        return None
+    return app, job
+
+
 def is_session_suffix(text: str) -> bool:
     """`g<8 hex>`: the HA identity suffix of a warm standby's session cluster (k8s_render.ha_cluster_id)."""
     return text.startswith("g") and _hex(text[1:], 8)

@@ -34,7 +34,7 @@ def observe_app(runtime: Runtime, info: ClusterInfo) -> LiveApp:
     name = info.app
     base = LiveApp(name=name, cluster=info.phase, cluster_message=info.message, deployed_spec_hash=info.spec_hash,
                    standby_generation=info.standby_generation, retired_cluster=info.retired_cluster,
-                   missing_processes=info.missing, unreadable=info.unreadable)
+                   missing_processes=info.missing, unreadable=info.unreadable, ha_job_id=info.ha_job_id)
     ready = info.phase is ClusterPhase.READY
     if not ready and not (info.phase is ClusterPhase.STARTING and info.missing and info.rest_url):
         return base
@@ -114,7 +114,7 @@ def observe(runtime: Runtime | None, names: Iterable[str]) -> LiveState:
             app = app.model_copy(update={"job_id": None, "job": JobPhase.NONE, "flink_state": None})
         if app.cluster is not ClusterPhase.UNKNOWN and app.job_id is None:
             app = with_stored_evidence(runtime, app)
-        if app.cluster is ClusterPhase.ABSENT and not app.has_evidence:
+        if app.cluster is ClusterPhase.ABSENT and not app.has_evidence and not app.ha_job_id:
             continue  # absent: LiveState.get() answers ABSENT
         apps[name] = app
     return LiveState(apps=apps, complete=all(a.cluster is not ClusterPhase.UNKNOWN for a in apps.values()))

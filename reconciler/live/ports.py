@@ -98,8 +98,12 @@ class ClusterInfo:
     standby_generation: str | None = None
     retired_cluster: bool = False
     # Processes of the cluster that died while its JobManager is up (names like taskmanager-1): a runtime with
-    # nothing else to restart them (local) reports them, and EnsureCluster restarts them in place.
+    # nothing else to restart them reports them (local: a dead process; Kubernetes: a deleted workload, as
+    # "jobmanager"/"taskmanager"), and EnsureCluster (StartJob for a JobManager) brings them back.
     missing: tuple[str, ...] = ()
+    # A job of this app whose JobManager is gone while Flink's HA data of it remains (Kubernetes HA: its job graph
+    # and latest checkpoint): started again under the same id, Flink resumes it from that checkpoint.
+    ha_job_id: str | None = None
     # The runtime's own files/objects about this app cannot be read (phase UNKNOWN): what is wrong, what to do.
     unreadable: str | None = None
 

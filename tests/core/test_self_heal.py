@@ -163,3 +163,56 @@ def test_the_policy_sets_the_crash_loop_limits() -> None:
 ])
 def test_a_reason_said_again_with_other_numbers_is_the_same_reason(a: str, b: str, same: bool) -> None:
     assert (reason_key(a) == reason_key(b)) is same
+
+
+# Kubernetes: a deleted JobManager workload (or a deleted cluster) whose job Flink keeps HA data of.
+SP = "file:///sp/orders/savepoint-1"
+
+
+def gone(cluster: ClusterPhase = ClusterPhase.STARTING, ha_job: str | None = JOB) -> LiveApp:
+    missing = ("jobmanager",) if cluster is ClusterPhase.STARTING else ()
+    return LiveApp(name="orders", cluster=cluster, missing_processes=missing, ha_job_id=ha_job)
+
+
+@pytest.mark.parametrize(("cluster", "kind"), [(ClusterPhase.STARTING, "jobmanager"), (ClusterPhase.ABSENT, "cluster")])
+def test_a_jobmanager_that_is_gone_restarts_the_same_job_from_its_ha_data_at_once(cluster: ClusterPhase,
+                                                                                  kind: str) -> None:
+    """Not a new job from the last savepoint on record (a rewind: the latest checkpoint is only in Flink's HA
+    data), and no grace period: nothing else brings a deleted workload back."""
+    p = plan(inp([P1], [P1], [gone(cluster)], [rec(savepoint_age=timedelta(hours=1))])).app("orders")
+    assert p.action is Action.REPAIR and p.repair == kind, p.reason
+    assert tuple(s.type for s in p.steps) == START
+    start = p.steps[1]
+    assert isinstance(start, StartJob) and start.job_id == JOB and start.spec is SpecRef.DESIRED
+    assert start.restore.path == SP  # used by Flink only if its HA data has no checkpoint
+    assert f"Flink's HA data of job {JOB} remains" in p.reason and not p.risks
+
+
+def test_ha_data_of_a_job_not_in_the_apps_lineage_is_not_rejoined() -> None:
+    p = plan(inp([P1], [P1], [gone(ha_job="f" * 32)], [rec(savepoint_age=timedelta(hours=1))])).app("orders")
+    assert p.action is Action.REPAIR
+    start = next(s for s in p.steps if isinstance(s, StartJob))
+    assert start.job_id != "f" * 32 and "last savepoint on record" in p.reason
+
+
+def test_a_spec_changed_while_the_jobmanager_is_gone_is_not_rejoined_and_says_what_it_restores() -> None:
+    """The HA data holds the old spec's job graph: the upgrade starts a new job, its restore point in the risks."""
+    p = plan(inp([P2], [P1], [gone()], [rec(savepoint_age=timedelta(hours=1))])).app("orders")
+    start = next(s for s in p.steps if isinstance(s, StartJob))
+    assert start.job_id != JOB
+    assert any("RESTORES FROM SAVEPOINT" in r for r in p.risks), p.risks
+
+
+def test_a_stateless_app_without_ha_data_starts_again_empty_and_says_so() -> None:
+    stateless = app(job={"upgradeMode": "stateless"})
+    p = plan(inp([stateless], [stateless], [gone(ha_job=None)], [rec()])).app("orders")
+    assert p.action is Action.REPAIR and p.repair == "jobmanager"
+    start = next(s for s in p.steps if isinstance(s, StartJob))
+    assert start.restore.path is None and any("STARTS WITHOUT STATE" in r for r in p.risks), p.risks
+
+
+def test_a_jobmanager_gone_after_a_failed_upgrade_is_not_retried_in_a_loop() -> None:
+    failed = rec(last_outcome="failure", last_action="upgrade", last_message="boom",
+                 last_attempted_spec_hash=spec_hash(P2.canonical()))
+    p = plan(inp([P2], [P1], [gone()], [failed])).app("orders")
+    assert p.action is Action.BLOCKED and "this spec already failed" in p.reason, p.reason

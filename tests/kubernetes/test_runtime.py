@@ -121,10 +121,11 @@ def test_list_clusters_is_a_constant_number_of_lists(cluster: Cluster, standin_o
     assert sorted(infos) == ["app-0", "app-1", "app-2"]
     assert all(i.phase is ClusterPhase.STARTING for i in infos.values())  # no JobManager yet
     calls = standin_only.api.calls()
-    # 4 lists (roots, deployments, statefulsets, pods) + one event list for the namespace (apps not READY)
+    # 5 lists (roots, deployments, statefulsets, pods, Flink's HA ConfigMaps) + one event list for the namespace
+    # (apps not READY)
     assert sorted((c.verb, c.resource) for c in calls) == sorted(
-        [("list", "configmaps"), ("list", "deployments"), ("list", "statefulsets"), ("list", "pods"),
-         ("list", "events")])
+        [("list", "configmaps"), ("list", "configmaps"), ("list", "deployments"), ("list", "statefulsets"),
+         ("list", "pods"), ("list", "events")])
 
 
 def test_conflict_is_reported_with_the_other_manager_and_forced_only_when_configured(cluster: Cluster) -> None:
