@@ -652,6 +652,7 @@ class Executor:
                     # Flink said how it ended: the trigger is settled (a resume must not poll it again).
                     self.journal.set_scratch(run.app, trigger_id=None)
                     if is_transient_text(status.failure):
+                        self._restart_missing(run)
                         raise TransientStepError(f"savepoint refused for now: {_short(status.failure, 300)}")
                     raise PermanentStepError(f"stop-with-savepoint failed: {_short(status.failure)}")
                 if not status.location:
@@ -661,6 +662,27 @@ class Executor:
                 return {"captured_path": status.location, "captured_kind": "savepoint"}
             # A stopping job processes nothing: this is downtime too, poll as for the start.
             self._wait(deadline, f"savepoint {trigger} of job {step.job_id}", interval=self.poll_interval / 4)
+
+    def _restart_missing(self, run: _Run) -> None:
+        """A savepoint refused because the job's tasks are not running may be waiting for a TaskManager that died
+        (kill -9 during the upgrade): restart it on the live cluster, at the spec that runs there, so Flink can
+        recover the job and the savepoint can succeed before the step's deadline. Nothing else would: the app is in
+        flight, so no repair is planned for it meanwhile."""
+        if run.plan.previous is None:
+            return
+        missing: tuple[str, ...] = ()
+        try:
+            info = self.runtime.observe(run.app)
+            missing = info.missing
+            if not missing or info.phase is ClusterPhase.FAILED:
+                return
+            self.runtime.ensure_cluster(self._spec(run, SpecRef.PREVIOUS),
+                                        deadline=self.clock.monotonic() + self.cleanup_deadline_s)
+        except ReconcilerError as e:  # the savepoint's own retries go on; the next refusal tries again
+            log.warning("%s: could not restart %s during the savepoint: %s", run.app, ", ".join(missing), e)
+            return
+        self.journal.note(run.app, "repair", f"restarted {', '.join(missing)} while the savepoint waited for the "
+                          "job's tasks", revision=run.revision)
 
     def _stopped_with(self, flink: FlinkApi, job_id: str, *, since: datetime) -> str | None:
         stats = flink.checkpoints(job_id)

@@ -690,8 +690,10 @@ class LocalRuntime:
         if pid <= 0:
             return False
         child = self._children.get(pid)
-        if child is not None and child.poll() is not None:
-            return False
+        if child is not None:
+            # Our own child: alive until it exits. Its cmdline carries the marker only once exec has run, which on a
+            # loaded machine is a while after spawning (a TaskManager just restarted looked "gone while starting").
+            return child.poll() is None
         try:
             args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
