@@ -19,7 +19,6 @@ from reconciler.live.k8s_storage import storage_problem
 KIND = "FlinkDeployment"
 # Labels Flink's native Kubernetes integration puts on the operator's pods, Services and Deployments.
 NATIVE_TYPE = "flink-native-kubernetes"
-_LEFTOVER_KINDS = ("Deployment", "Pod", "Service")
 
 
 class OperatorDeployments:
@@ -90,11 +89,15 @@ class OperatorDeployments:
             fins = (fd.get("metadata") or {}).get("finalizers") or []
             left.append(f"{KIND}/{name}" + (f" (finalizers: {', '.join(fins)})" if fins else ""))
         selector = f"app={name},type={NATIVE_TYPE}"
-        for kind in _LEFTOVER_KINDS:
+        for kind in ("Deployment", "Pod"):
             left += [f"{kind}/{o['metadata']['name']}" for o in self.kube.list(kind, namespace, selector)]
-        for svc in (name, f"{name}-rest"):  # the names our Services take
-            if self.kube.get("Service", namespace, svc) is not None and f"Service/{svc}" not in left:
-                left.append(f"Service/{svc}")
+        # Its Services by label, and whatever holds the names our Services take (only while a takeover waits).
+        clash = {name, f"{name}-rest"}
+        for o in self.kube.list("Service", namespace, ""):
+            meta = o.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            if meta.get("name") in clash or (labels.get("app") == name and labels.get("type") == NATIVE_TYPE):
+                left.append(f"Service/{meta.get('name')}")
         return left
 
     def savepoint_storage_problem(self, deployment: dict[str, Any], uri: str) -> str | None:
