@@ -113,7 +113,8 @@ class OperatorStandin:
 
     def native_objects(self) -> list[str]:
         kube, sel = self.w.cluster.kube, f"app={APP},type=flink-native-kubernetes"
-        return [f"{k}/{o['metadata']['name']}" for k in ("Deployment", "Pod", "Service") for o in kube.list(k, self.ns, sel)]
+        return [f"{k}/{o['metadata']['name']}" for k in ("Deployment", "Pod", "Service")
+                for o in kube.list(k, self.ns, sel)]
 
     # ---- its reconcile loop ----
     def tick(self) -> None:
