@@ -145,8 +145,9 @@ def plan_takeover(ctx: Ctx) -> AppPlan | None:
     if op.unreadable is not None:
         if takeover is None:
             return None
-        return ctx.app_plan(Action.BLOCKED, f"cannot read FlinkDeployments in namespace {ns} ({op.unreadable}): the "
-                                            "takeover waits until they can be read (RBAC: get/list/patch/delete on "
+        return ctx.app_plan(Action.BLOCKED, f"spec.takeover: FlinkDeployments in namespace {ns} cannot be read "
+                                            f"({op.unreadable}); the takeover waits until they can (on Kubernetes "
+                                            "the reconciler needs get, list, patch and delete on "
                                             "flinkdeployments.flink.apache.org)")
     if ctx.previous is not None:
         if takeover is None:

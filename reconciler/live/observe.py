@@ -136,13 +136,20 @@ def with_operator_deployments(runtime: object, live: LiveState, apps: Mapping[st
     """Add the Flink Kubernetes Operator's FlinkDeployment each app would take over (core.takeover): for apps
     without a record (first sight) or whose spec.takeover names one, with one list per watched namespace, and
     only when there are such apps (a steady state costs no request). Unreadable is said, never "none"."""
-    if not isinstance(runtime, OperatorTakeover):
-        return live
     wanted = {n: wanted_deployment(n, a.metadata.namespace, a.spec.takeover.from_ if a.spec.takeover else None)
               for n, a in apps.items() if n not in known or a.spec.takeover is not None}
+    if not isinstance(runtime, OperatorTakeover):  # spec.takeover on a runtime without FlinkDeployments: say so
+        name = getattr(runtime, "name", None)
+        wanted = {n: v for n, v in wanted.items() if apps[n].spec.takeover is not None}
+        if runtime is None or not wanted:
+            return live
+        why = f"the {name} runtime has no FlinkDeployments; a takeover runs on the kubernetes runtime"
+        views = {n: OperatorDeployment(namespace=ns, name=fd, unreadable=why) for n, (ns, fd) in wanted.items()}
+        return live.model_copy(update={"apps": {**live.apps, **{n: live.get(n).model_copy(update={"operator": v})
+                                                               for n, v in views.items()}}})
     if not wanted:
         return live
-    views: dict[str, OperatorDeployment] = {}
+    views = {}
     try:
         found = runtime.flink_deployments()
     except ReconcilerError as e:
