@@ -483,6 +483,7 @@ class AppSpec(_Model):
     takeover: TakeoverSpec | None = change(
         ChangeClass.IGNORE, "Take over a running app from the Apache Flink Kubernetes Operator "
         "(docs/migrate-from-flink-operator.md).", default=None,
+        exclude_if=lambda v: v is None,  # unset, it is no part of the canonical form: every app's hash stays as it was
     )
 
     @field_validator("flink_configuration", mode="before")
