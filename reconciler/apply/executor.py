@@ -49,12 +49,14 @@ from reconciler.core.plan import (
     AwaitRunning,
     CancelJob,
     DeleteCluster,
+    DeleteOperatorDeployment,
     DeleteRetiredCluster,
     DiscardStandby,
     EnsureCluster,
     ForgetApp,
     Plan,
     PromoteStandby,
+    ReleaseOperatorDeployment,
     RescaleInPlace,
     RestoreKind,
     SpecRef,
@@ -62,8 +64,10 @@ from reconciler.core.plan import (
     StartStandbyCluster,
     Step,
     StopWithSavepoint,
+    SuspendOperatorDeployment,
     describe_step,
 )
+from reconciler.core.takeover import suspension
 from reconciler.errors import (
     DeadlineExceededError,
     FencedError,
@@ -77,7 +81,7 @@ from reconciler.errors import (
     TriggerNotFoundError,
 )
 from reconciler.live.flink import is_transient_text
-from reconciler.live.ports import FlinkApi, Runtime, StandbyRuntime
+from reconciler.live.ports import FlinkApi, OperatorTakeover, Runtime, StandbyRuntime
 from reconciler.live.records import is_record_name
 from reconciler.logs import log_context
 from reconciler.spec.model import FlinkApp
@@ -300,6 +304,12 @@ class Executor:
                 no_rollback = plan.rollback_after is None or f.index <= plan.rollback_after or not plan.rollback
                 if isinstance(f.step, StopWithSavepoint) and self._stop_outcome_unknown(run, f.step):
                     return self._park(run, f)
+                if isinstance(f.step, DeleteOperatorDeployment):  # its job stopped, its savepoint is ours: go on later
+                    return self._park(run, f, message=(
+                        f"{describe_step(f.step)} failed ({f.cause}); the operator's job is stopped and its savepoint "
+                        f"{self._inflight(app).captured_path} is recorded, so the takeover stays in flight and the "
+                        "deletion is retried on the next pass (check the operator: its finalizer removes the "
+                        "FlinkDeployment)"))
                 if isinstance(f.step, DeleteRetiredCluster):  # the new job runs: never roll that back
                     return self._park(run, f, message=(
                         f"{describe_step(f.step)} failed ({f.cause}); the new job runs on the new cluster, so the "
@@ -382,7 +392,8 @@ class Executor:
         starts = [s for s in plan.steps if isinstance(s, StartJob)]
         if starts:
             job_id = starts[-1].job_id
-        elif any(isinstance(s, StopWithSavepoint | CancelJob | DeleteCluster) for s in plan.steps):
+        elif any(isinstance(s, StopWithSavepoint | CancelJob | DeleteCluster | DeleteOperatorDeployment)
+                 for s in plan.steps):
             job_id = None
         if (inf := self.journal.inflight(run.app)) is not None and (done := in_place_done(inf)) is not None:
             job_id = done.job_id  # rescaled in place: the same job runs on
@@ -574,7 +585,55 @@ class Executor:
                 self.runtime.discard_standby(run.app, generation=gen, deadline=deadline)
             case DeleteRetiredCluster() if isinstance(self.runtime, StandbyRuntime):
                 self.runtime.delete_retired(run.app, deadline=deadline)
+            case SuspendOperatorDeployment():
+                return self._suspend_operator(run, step, deadline)
+            case DeleteOperatorDeployment(namespace=ns, name=name):
+                self._operator_port().delete_flink_deployment(ns, name, deadline=deadline)
+            case ReleaseOperatorDeployment(namespace=ns, name=name, state=state, upgrade_mode=mode):
+                self._operator_port().release_flink_deployment(ns, name, state=state, upgrade_mode=mode)
         return {}
+
+    # ---- takeover from the Flink Kubernetes Operator ----
+
+    def _operator_port(self) -> OperatorTakeover:
+        if not isinstance(self.runtime, OperatorTakeover):
+            raise PermanentStepError(f"the {self.runtime.name} runtime cannot take over FlinkDeployments; a takeover "
+                                     "runs on the kubernetes runtime")
+        return self.runtime
+
+    def _suspend_operator(self, run: _Run, step: SuspendOperatorDeployment, deadline: float) -> dict[str, str | None]:
+        """Patch (idempotent), then poll the status. The savepoint path is journaled the moment it is read: the
+        deletion that follows takes the status that names it."""
+        port = self._operator_port()
+        where = f"FlinkDeployment {step.namespace}/{step.name}"
+        captured = self._inflight(run.app).captured_path
+        fd = port.flink_deployment(step.namespace, step.name)
+        if fd is None:
+            if captured:  # read and journaled before a crash
+                return {"captured_path": captured, "captured_kind": "savepoint"}
+            raise PermanentStepError(f"{where} is gone before its savepoint path was read: set "
+                                     "spec.job.initialSavepointPath to its last savepoint (in its savepoint directory)")
+        job = (fd.get("spec") or {}).get("job") or {}
+        if job.get("state") != "suspended" or job.get("upgradeMode") != "savepoint":
+            port.suspend_flink_deployment(step.namespace, step.name)
+        while True:
+            answer = suspension(fd)
+            if answer.done and answer.problem:
+                raise PermanentStepError(f"{where}: {answer.problem}")
+            if answer.done and answer.savepoint:
+                self.journal.set_scratch(run.app, captured_path=answer.savepoint, captured_kind="savepoint")
+                job_id = ((fd.get("status") or {}).get("jobStatus") or {}).get("jobId")
+                rec = self.journal.record(run.app)
+                if rec is None or not any(s.path == answer.savepoint for s in rec.savepoints):
+                    self.journal.add_savepoint(run.app, answer.savepoint, job_id=str(job_id) if job_id else None,
+                                               revision=run.revision)
+                return {"captured_path": answer.savepoint, "captured_kind": "savepoint"}
+            lifecycle = (fd.get("status") or {}).get("lifecycleState") or "no status"
+            self._wait(deadline, f"the operator to suspend {where} with a savepoint (lifecycleState {lifecycle})")
+            fd = port.flink_deployment(step.namespace, step.name)
+            if fd is None:
+                raise PermanentStepError(f"{where} was deleted while the operator suspended it, before its savepoint "
+                                         "path was read: set spec.job.initialSavepointPath to its last savepoint")
 
     def _standby_runtime(self) -> StandbyRuntime:
         if not isinstance(self.runtime, StandbyRuntime):

@@ -74,6 +74,19 @@ class Checkpoint(Frozen):
     is_savepoint: bool = False
 
 
+class OperatorDeployment(Frozen):
+    """A FlinkDeployment of the Apache Flink Kubernetes Operator that an app of ours would take over (its name
+    and namespace, or the app's spec.takeover), as far as a takeover needs to know it."""
+
+    namespace: str
+    name: str
+    job_state: str | None = None  # its spec.job.state (running | suspended), restored if a suspend is undone
+    upgrade_mode: str | None = None  # its spec.job.upgradeMode, likewise
+    lifecycle: str | None = None  # status.lifecycleState
+    refusal: str | None = None  # why it must not be taken over now (core.takeover.takeover_refusal)
+    unreadable: str | None = None  # the FlinkDeployments could not be listed: why
+
+
 class LiveApp(Frozen):
     name: str
     cluster: ClusterPhase
@@ -108,6 +121,9 @@ class LiveApp(Frozen):
     # The runtime's own account of this app cannot be read (a corrupt cluster.json, a root ConfigMap's pointer
     # edited by hand): what is wrong and what to do. The app is BLOCKED until a human repairs it.
     unreadable: str | None = None
+    # The operator's FlinkDeployment this app would take over (observed only for apps without a record, or
+    # whose spec names one); None: there is none, or nobody looked.
+    operator: OperatorDeployment | None = None
 
     @property
     def has_evidence(self) -> bool:
@@ -116,12 +132,15 @@ class LiveApp(Frozen):
 
     def fingerprint_fields(self) -> dict[str, Any]:
         # Checkpoint paths move every few seconds; they do not make a plan stale.
-        return {
+        out: dict[str, Any] = {
             "cluster": self.cluster.value,
             "job_id": self.job_id,
             "job": self.job.value,
             "spec": self.deployed_spec_hash,
         }
+        if self.operator is not None:  # only then: every other app's fingerprint stays what it was
+            out["operator"] = [self.operator.namespace, self.operator.name, self.operator.lifecycle]
+        return out
 
 
 class LiveState(Frozen):
@@ -134,7 +153,7 @@ class LiveState(Frozen):
     def fingerprint(self) -> str:
         # An ABSENT app listed only for its stored evidence fingerprints like an app not listed at all.
         body = {n: a.fingerprint_fields() for n, a in sorted(self.apps.items())
-                if a.cluster is not ClusterPhase.ABSENT}
+                if a.cluster is not ClusterPhase.ABSENT or a.operator is not None}
         return "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32]
 
 

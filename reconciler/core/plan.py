@@ -31,13 +31,14 @@ class Action(StrEnum):
     RESTART = "restart"
     DELETE = "delete"
     REPAIR = "repair"  # live drifted from Git (job died, cluster removed): bring it back
+    TAKEOVER = "takeover"  # an app the Apache Flink Kubernetes Operator runs moves here, from its savepoint
     NOOP = "no-op"
     BLOCKED = "blocked"  # needs a human; reason says exactly what to do
     ERROR = "error"  # the spec is invalid; nothing is done to this app
 
 
 DISRUPTIVE = frozenset({Action.CREATE, Action.UPGRADE, Action.SUSPEND, Action.RESUME, Action.RESTART,
-                        Action.DELETE, Action.REPAIR, Action.SCALE})
+                        Action.DELETE, Action.REPAIR, Action.SCALE, Action.TAKEOVER})
 
 
 class SpecRef(StrEnum):
@@ -168,6 +169,41 @@ class RescaleInPlace(_Step):
     previous_parallelism: int = Field(ge=1)  # vertices running at this (the job's default) move to `parallelism`
 
 
+# Takeover of an app the Apache Flink Kubernetes Operator runs (core.takeover): the operator stops its own job
+# (its pods are never ours to kill), we read where its savepoint went, remove its FlinkDeployment, and the job
+# starts here from that savepoint. `namespace`/`name` name the FlinkDeployment.
+
+
+class SuspendOperatorDeployment(_Step):
+    """Ask the operator for a savepoint and a stop (its FlinkDeployment's spec.job.state: suspended, upgradeMode:
+    savepoint), wait until its status says SUSPENDED, and keep status.jobStatus.upgradeSavepointPath as the
+    CAPTURED restore point (journaled as soon as it is read)."""
+
+    type: Literal["SuspendOperatorDeployment"] = "SuspendOperatorDeployment"
+    namespace: str
+    name: str
+
+
+class DeleteOperatorDeployment(_Step):
+    """Delete the suspended FlinkDeployment and wait until it, its pods and its Services are gone (our Services
+    take their names). Savepoints are in object storage, which no propagation policy touches."""
+
+    type: Literal["DeleteOperatorDeployment"] = "DeleteOperatorDeployment"
+    namespace: str
+    name: str
+
+
+class ReleaseOperatorDeployment(_Step):
+    """Undo a suspend request that did not complete: the FlinkDeployment's spec.job.state and upgradeMode as they
+    were, so the operator runs its job on. A no-op when the FlinkDeployment is gone."""
+
+    type: Literal["ReleaseOperatorDeployment"] = "ReleaseOperatorDeployment"
+    namespace: str
+    name: str
+    state: str = "running"
+    upgrade_mode: str | None = None  # None: leave it as it is
+
+
 class ForgetApp(_Step):
     """Stop managing the app (deletionPolicy orphan): history is kept, the cluster keeps running."""
 
@@ -177,7 +213,7 @@ class ForgetApp(_Step):
 Step = Annotated[
     EnsureCluster | StopWithSavepoint | CancelJob | StartJob | AwaitRunning | AwaitHealthy | DeleteCluster
     | ForgetApp | StartStandbyCluster | PromoteStandby | DiscardStandby | DeleteRetiredCluster
-    | RescaleInPlace,
+    | RescaleInPlace | SuspendOperatorDeployment | DeleteOperatorDeployment | ReleaseOperatorDeployment,
     Field(discriminator="type"),
 ]
 
@@ -218,6 +254,14 @@ def describe_step(step: Step) -> str:
             return (f"rescale {_job(job_id)} in place from parallelism {old} to {p} (adaptive scheduler), wait until "
                     "its vertices run at it and it checkpoints, then apply the cluster at the new spec (no restart); "
                     "if Flink refuses or does not adopt it in time, the steps below run instead")
+        case SuspendOperatorDeployment(namespace=ns, name=name):
+            return (f"ask the Flink Kubernetes Operator to stop FlinkDeployment {ns}/{name} with a savepoint "
+                    "(spec.job.state: suspended, upgradeMode: savepoint), wait until it is SUSPENDED, keep its "
+                    "savepoint path")
+        case DeleteOperatorDeployment(namespace=ns, name=name):
+            return f"delete FlinkDeployment {ns}/{name}, wait until its pods and Services are gone (savepoints kept)"
+        case ReleaseOperatorDeployment(namespace=ns, name=name, state=state):
+            return f"give FlinkDeployment {ns}/{name} back to the operator (spec.job.state: {state} as before)"
     raise AssertionError(step)  # pragma: no cover
 
 

@@ -58,6 +58,7 @@ from reconciler.core.plan import (
 )
 from reconciler.core.rescale import in_place_rescale
 from reconciler.core.restore import restore_when_not_running
+from reconciler.core.takeover import plan_takeover
 from reconciler.spec.load import LoadResult, file_key
 from reconciler.spec.model import ChangeClass, Deadlines, DeletionPolicy, FlinkApp, JobState, UpgradeMode
 from reconciler.spec.model import ClusterStrategy as SpecClusterStrategy
@@ -279,6 +280,9 @@ def _plan_present(
         return ctx.app_plan(Action.NOOP, f"live state unknown ({live.cluster_message}); nothing is changed "
                                          "until it can be observed")
     blocked = failed_before(ctx)
+    taken = plan_takeover(ctx)  # an app the Flink Kubernetes Operator runs moves here (core.takeover)
+    if taken is not None:
+        return blocked if blocked is not None and taken.action is Action.TAKEOVER else taken
     running = live.job in (JobPhase.RUNNING, JobPhase.STARTING)
 
     if previous is None:  # first sight: no spec of it was ever applied, as far as the records know

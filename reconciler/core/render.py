@@ -12,7 +12,7 @@ _SYMBOL = {
     Action.CREATE: "+", Action.DELETE: "-", Action.NOOP: "=", Action.BLOCKED: "!", Action.ERROR: "x",
 }
 _COLOR = {"+": "32", "-": "31", "~": "33", "!": "35", "x": "31", "=": "2"}
-_ORDER = [Action.ERROR, Action.BLOCKED, Action.DELETE, Action.UPGRADE, Action.RESTART, Action.REPAIR,
+_ORDER = [Action.ERROR, Action.BLOCKED, Action.DELETE, Action.TAKEOVER, Action.UPGRADE, Action.RESTART, Action.REPAIR,
           Action.SUSPEND, Action.RESUME, Action.SCALE, Action.CREATE, Action.NOOP]
 
 

@@ -1,8 +1,10 @@
-"""Whether a running operator-managed app may be taken over, and from which savepoint (pure).
+"""Taking over an app the Apache Flink Kubernetes Operator runs (pure): when, from which savepoint, and the plan.
 
-The first pieces of the takeover of a `FlinkDeployment` (docs/migrate-from-flink-operator.md): the reasons
-to refuse before asking the operator for anything, and reading the operator's answer from its status. The
-plan action, its journaled steps and the Kubernetes calls build on these.
+A takeover of a `FlinkDeployment` (docs/migrate-from-flink-operator.md) is planned when Git has a FlinkApp of its
+name and namespace that was never applied here, or one whose spec.takeover names it. The operator stops its own
+job with a savepoint (we never kill its pods), we read the savepoint path from its status, delete the
+FlinkDeployment, and the job starts here from that savepoint. Refused, with the reason, while the operator is
+mid-upgrade or in error, when its job failed, or when its savepoints are not on durable storage.
 """
 
 from __future__ import annotations
@@ -11,7 +13,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.core.context import Ctx, ctx_start_steps, seconds, step_deadlines
+from reconciler.core.observed import OperatorDeployment
 from reconciler.core.operator_import import RENAMED_KEYS, UnimportableError, flatten_configuration
+from reconciler.core.plan import (
+    CAPTURED,
+    Action,
+    AppPlan,
+    DeleteOperatorDeployment,
+    ReleaseOperatorDeployment,
+    Step,
+    SuspendOperatorDeployment,
+)
+from reconciler.spec.model import JobState
 
 SAVEPOINT_DIR = "execution.checkpointing.savepoint-dir"
 _BUSY = {"UPGRADING", "ROLLING_BACK"}
@@ -86,3 +100,89 @@ def _name(deployment: Mapping[str, Any]) -> str:
     meta = deployment.get("metadata") if isinstance(deployment.get("metadata"), Mapping) else {}
     assert isinstance(meta, Mapping)
     return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+
+
+def operator_view(deployment: Mapping[str, Any], durable: Callable[[str], str | None]) -> OperatorDeployment:
+    """What the planner needs of an observed FlinkDeployment."""
+    meta = _mapping(deployment.get("metadata"))
+    job = _mapping(_mapping(deployment.get("spec")).get("job"))
+    status = _mapping(deployment.get("status"))
+    return OperatorDeployment(
+        namespace=str(meta.get("namespace") or "default"), name=str(meta.get("name") or "?"),
+        job_state=str(job["state"]) if job.get("state") else None,
+        upgrade_mode=str(job["upgradeMode"]) if job.get("upgradeMode") else None,
+        lifecycle=str(status["lifecycleState"]) if status.get("lifecycleState") else None,
+        refusal=takeover_refusal(deployment, durable),
+    )
+
+
+def wanted_deployment(app_name: str, namespace: str, takeover_from: str | None) -> tuple[str, str]:
+    """(namespace, name) of the FlinkDeployment an app would take over: spec.takeover's, else its own name."""
+    return namespace, (takeover_from.partition("/")[2] if takeover_from else app_name)
+
+
+def plan_takeover(ctx: Ctx) -> AppPlan | None:
+    """The takeover plan of this app, a BLOCKED one saying why not, or None when no takeover is due.
+
+    Due when the app was never applied here and the operator runs a FlinkDeployment of its name (or the one
+    spec.takeover names). An offline preview cannot see FlinkDeployments: it plans the takeover when the spec
+    names one. Once the takeover began, the journal carries it; an app with a record is planned as usual."""
+    takeover = ctx.desired.spec.takeover
+    ns = ctx.desired.metadata.namespace
+    if ctx.inp.mode == "offline":
+        if takeover is None or ctx.previous is not None:
+            return None
+        return _takeover(ctx, OperatorDeployment(namespace=ns, name=takeover.name))
+    op = ctx.live.operator
+    known = ctx.previous is not None or ctx.inp.records.get(ctx.name) is not None
+    if op is None:
+        if takeover is not None and not known:
+            return ctx.app_plan(Action.BLOCKED, (
+                f"spec.takeover names FlinkDeployment/{takeover.name}, but there is none in namespace {ns}: nothing "
+                "to take over. If it was already removed, set spec.job.initialSavepointPath to its last savepoint "
+                "and remove spec.takeover; the app is not started from empty state meanwhile"))
+        return None
+    if op.unreadable is not None:
+        if takeover is None:
+            return None
+        return ctx.app_plan(Action.BLOCKED, f"spec.takeover: FlinkDeployments in namespace {ns} cannot be read "
+                                            f"({op.unreadable}); the takeover waits until they can (on Kubernetes "
+                                            "the reconciler needs get, list, patch and delete on "
+                                            "flinkdeployments.flink.apache.org)")
+    if ctx.previous is not None:
+        if takeover is None:
+            return None
+        return ctx.app_plan(Action.BLOCKED, (
+            f"spec.takeover names FlinkDeployment {op.namespace}/{op.name}, but this app already runs here: a "
+            "takeover starts an app that is not running here yet. Remove spec.takeover, or delete the "
+            "FlinkDeployment under the operator if it is a leftover"))
+    if op.refusal is not None:
+        return ctx.app_plan(Action.BLOCKED, f"takeover refused: {op.refusal}")
+    return _takeover(ctx, op)
+
+
+def _takeover(ctx: Ctx, op: OperatorDeployment) -> AppPlan:
+    sp, _, _ = step_deadlines(ctx)
+    delete = seconds(ctx.desired.spec.deadlines.delete)
+    where = f"FlinkDeployment {op.namespace}/{op.name}"
+    steps: list[Step] = [SuspendOperatorDeployment(namespace=op.namespace, name=op.name, deadline_s=sp),
+                         DeleteOperatorDeployment(namespace=op.namespace, name=op.name, deadline_s=delete)]
+    risks = [f"TAKES OVER {where} from the Flink Kubernetes Operator: the operator stops its job with a savepoint, "
+             "the job is down until it runs here, and the FlinkDeployment is deleted (remove it from the "
+             "operator's own source, e.g. Argo CD, or the operator re-creates it)"]
+    release = ReleaseOperatorDeployment(namespace=op.namespace, name=op.name, state=op.job_state or "running",
+                                        upgrade_mode=op.upgrade_mode, deadline_s=delete)
+    if ctx.desired.spec.job.state is not JobState.RUNNING:
+        return ctx.app_plan(Action.TAKEOVER, f"take over {where}: stop it with a savepoint and keep it suspended "
+                                             "here (spec.job.state: suspended)",
+                            risks=tuple(risks), steps=tuple(steps), abort=(release,))
+    steps += ctx_start_steps(ctx, CAPTURED, ctx.job_id)
+    rollback = tuple(ctx_start_steps(ctx, CAPTURED, ctx.rollback_job_id))
+    return ctx.app_plan(Action.TAKEOVER, f"take over {where}: the operator stops it with a savepoint, then the job "
+                                         "starts here from that savepoint",
+                        risks=tuple(risks), steps=tuple(steps), rollback_after=1, rollback=rollback,
+                        abort=(release,))
+
+
+def _mapping(v: Any) -> Mapping[str, Any]:
+    return v if isinstance(v, Mapping) else {}

@@ -37,6 +37,7 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
     "Lease": ("/apis/coordination.k8s.io/v1", "leases"),
     "ResourceQuota": ("/api/v1", "resourcequotas"),
+    "FlinkDeployment": ("/apis/flink.apache.org/v1beta1", "flinkdeployments"),  # the operator's, for a takeover
 }
 
 

@@ -48,6 +48,7 @@ from reconciler.live.k8s_api import (
     in_cluster_client,
 )
 from reconciler.live.k8s_generations import AppView, ClusterView, Pointers, pointer_problem
+from reconciler.live.k8s_operator import OperatorDeployments
 from reconciler.live.k8s_standby import WarmStandby
 from reconciler.live.k8s_status import (
     HA_CONFIGMAP_SELECTOR,
@@ -76,9 +77,10 @@ PRUNABLE = ("Deployment", "StatefulSet", "Service", "ConfigMap", "RoleBinding", 
 OWNED_KINDS = ("Deployment", "StatefulSet", "Service", "ConfigMap", "RoleBinding", "Role", "ServiceAccount", "Pod")
 
 
-class KubernetesRuntime(WarmStandby):
+class KubernetesRuntime(WarmStandby, OperatorDeployments):
     """`reconciler.live.ports.StandbyRuntime` on Kubernetes: one cluster per app, in application mode, and a warm
-    standby beside it as a session cluster of its own generation (`k8s_standby.WarmStandby`)."""
+    standby beside it as a session cluster of its own generation (`k8s_standby.WarmStandby`). It also takes over
+    apps from the Flink Kubernetes Operator (`k8s_operator.OperatorDeployments`: `ports.OperatorTakeover`)."""
 
     name = "kubernetes"
 

@@ -109,6 +109,12 @@ def kubernetes_spec_problems(app: FlinkApp) -> list[SpecProblem]:
     return out
 
 
+def storage_problem(uri: str, pod_template: Mapping[str, Any] | None) -> str | None:
+    """Why `uri` is not durable, shared storage for pods built from `pod_template` (its flink-main-container's
+    volumes); None when it is. For a FlinkDeployment's savepoint directory (a takeover starts from it)."""
+    return _storage_problem(uri, _mounts(pod_template), {})
+
+
 @dataclass(frozen=True)
 class _Mount:
     path: str

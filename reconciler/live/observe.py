@@ -8,11 +8,22 @@ checkpoints): storage that cannot be read is `evidence_error`, never "no evidenc
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any
 
-from reconciler.core.observed import Checkpoint, ClusterPhase, JobPhase, LiveApp, LiveState, job_phase
+from reconciler.core.observed import (
+    Checkpoint,
+    ClusterPhase,
+    JobPhase,
+    LiveApp,
+    LiveState,
+    OperatorDeployment,
+    job_phase,
+)
+from reconciler.core.takeover import operator_view, wanted_deployment
 from reconciler.errors import ReconcilerError
-from reconciler.live.ports import ClusterInfo, JobSummary, Runtime
+from reconciler.live.ports import ClusterInfo, JobSummary, OperatorTakeover, Runtime
+from reconciler.spec.model import FlinkApp
 
 _TERMINAL = {"CANCELED", "FINISHED", "FAILED", "SUSPENDED"}
 _STOPPED = ("CANCELED", "FINISHED", "SUSPENDED")
@@ -118,3 +129,40 @@ def observe(runtime: Runtime | None, names: Iterable[str]) -> LiveState:
             continue  # absent: LiveState.get() answers ABSENT
         apps[name] = app
     return LiveState(apps=apps, complete=all(a.cluster is not ClusterPhase.UNKNOWN for a in apps.values()))
+
+
+def with_operator_deployments(runtime: object, live: LiveState, apps: Mapping[str, FlinkApp],
+                              known: Collection[str]) -> LiveState:
+    """Add the Flink Kubernetes Operator's FlinkDeployment each app would take over (core.takeover): for apps
+    without a record (first sight) or whose spec.takeover names one, with one list per watched namespace, and
+    only when there are such apps (a steady state costs no request). Unreadable is said, never "none"."""
+    wanted = {n: wanted_deployment(n, a.metadata.namespace, a.spec.takeover.from_ if a.spec.takeover else None)
+              for n, a in apps.items() if n not in known or a.spec.takeover is not None}
+    if not isinstance(runtime, OperatorTakeover):  # spec.takeover on a runtime without FlinkDeployments: say so
+        name = getattr(runtime, "name", None)
+        wanted = {n: v for n, v in wanted.items() if apps[n].spec.takeover is not None}
+        if runtime is None or not wanted:
+            return live
+        why = f"the {name} runtime has no FlinkDeployments; a takeover runs on the kubernetes runtime"
+        views = {n: OperatorDeployment(namespace=ns, name=fd, unreadable=why) for n, (ns, fd) in wanted.items()}
+        return live.model_copy(update={"apps": {**live.apps, **{n: live.get(n).model_copy(update={"operator": v})
+                                                               for n, v in views.items()}}})
+    if not wanted:
+        return live
+    views = {}
+    try:
+        found = runtime.flink_deployments()
+    except ReconcilerError as e:
+        views = {n: OperatorDeployment(namespace=ns, name=fd, unreadable=str(e)) for n, (ns, fd) in wanted.items()}
+    else:
+        for n, key in wanted.items():
+            if key in found:
+                views[n] = operator_view(found[key], _durable(runtime, found[key]))
+    if not views:
+        return live
+    return live.model_copy(update={"apps": {**live.apps, **{n: live.get(n).model_copy(update={"operator": v})
+                                                           for n, v in views.items()}}})
+
+
+def _durable(runtime: OperatorTakeover, deployment: dict[str, Any]) -> Callable[[str], str | None]:
+    return lambda uri: runtime.savepoint_storage_problem(deployment, uri)

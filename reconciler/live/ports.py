@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from reconciler.core.observed import Checkpoint, ClusterPhase
 from reconciler.spec.model import FlinkApp
@@ -196,4 +196,38 @@ class StandbyCapacity(Protocol):
     def standby_refusals(self, apps: list[FlinkApp]) -> dict[str, str]:
         """app name -> why a warm standby of it (at its desired spec) would not fit now; apps that fit are absent.
         Raises ObserveError when it cannot look."""
+        ...
+
+
+@runtime_checkable
+class OperatorTakeover(Protocol):
+    """A runtime that can take over apps from the Apache Flink Kubernetes Operator (the kubernetes runtime): it
+    reads, patches and deletes the operator's FlinkDeployments. It never touches the operator's pods: the operator
+    stops its job itself, and its pods go with the FlinkDeployment. Documents are the API server's JSON."""
+
+    def flink_deployments(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """Every FlinkDeployment in the watched namespaces, by (namespace, name); none where the operator's
+        CustomResourceDefinition is not installed. Raises ObserveError when they cannot be listed."""
+        ...
+
+    def flink_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One FlinkDeployment, None when there is none."""
+        ...
+
+    def suspend_flink_deployment(self, namespace: str, name: str) -> None:
+        """Ask the operator to stop the job with a savepoint (spec.job.state: suspended, upgradeMode: savepoint).
+        Idempotent. PermanentStepError when there is no such FlinkDeployment."""
+        ...
+
+    def release_flink_deployment(self, namespace: str, name: str, *, state: str, upgrade_mode: str | None) -> None:
+        """Set spec.job.state (and upgradeMode, unless None) back; nothing to do when it is gone."""
+        ...
+
+    def delete_flink_deployment(self, namespace: str, name: str, *, deadline: float) -> None:
+        """Delete it and wait until it, its pods and its Services are gone (DeadlineExceededError naming what is
+        left). Nothing to do when it is gone."""
+        ...
+
+    def savepoint_storage_problem(self, deployment: dict[str, Any], uri: str) -> str | None:
+        """Why `uri` (its savepoint directory) would not outlive the FlinkDeployment's pods; None when durable."""
         ...

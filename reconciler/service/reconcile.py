@@ -29,7 +29,7 @@ from reconciler.core.plan import Action, AppPlan, Plan, reason_key
 from reconciler.core.planner import ADOPTED_RUNNING, Desired, PlanInput, Policy, desired_from, plan
 from reconciler.errors import ConfigError, ObserveError, PlanStaleError, ReconcilerError, SpecError
 from reconciler.live.artifacts import resolve_jar
-from reconciler.live.observe import observe
+from reconciler.live.observe import observe, with_operator_deployments
 from reconciler.live.ports import Runtime, StandbyCapacity, StandbyRuntime
 from reconciler.logs import log_context
 from reconciler.report.reporter import Reporter
@@ -268,6 +268,9 @@ class Reconciler:
         if refused:
             desired = dataclasses.replace(desired, errors=desired.errors + refused)
         live = observe(shard_view(self.runtime, self.shard), names)
+        # A takeover from the Flink Kubernetes Operator (core.takeover): its FlinkDeployments, for apps it concerns.
+        live = with_operator_deployments(self.runtime, live, {n: a for n, a in desired.apps.items() if n in names},
+                                         known=set(records.apps))
         if track_health:
             records = self._track_health(records, live, previous)
         return PlanInput(

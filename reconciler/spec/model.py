@@ -427,6 +427,32 @@ class RecoverySpec(_Model):
     )
 
 
+TAKEOVER_KIND = "FlinkDeployment"
+
+
+class TakeoverSpec(_Model):
+    from_: str = change(
+        ChangeClass.IGNORE,
+        "The Apache Flink Kubernetes Operator's resource this app takes over, as FlinkDeployment/<name> (in the "
+        "app's namespace): the plan asks the operator for a savepoint and a stop, deletes the FlinkDeployment and "
+        "starts the job here from that savepoint. Without it, a FlinkDeployment of the app's name and namespace is "
+        "taken over all the same; set it when the names differ.",
+        alias="from",
+    )
+
+    @field_validator("from_")
+    @classmethod
+    def _reference(cls, v: str) -> str:
+        kind, _, name = v.partition("/")
+        if kind != TAKEOVER_KIND or not NAME_RE.fullmatch(name) or len(name) > 63:
+            raise ValueError(f"expected {TAKEOVER_KIND}/<name> (a DNS-1123 label), got {v!r}")
+        return v
+
+    @property
+    def name(self) -> str:
+        return self.from_.partition("/")[2]
+
+
 class AppSpec(_Model):
     flink_version: str = change(ChangeClass.UPGRADE, "Flink version, e.g. '2.3'.", default="2.3")
     image: str | None = change(ChangeClass.UPGRADE, "Container image (kubernetes runtime).", default=None)
@@ -453,6 +479,11 @@ class AppSpec(_Model):
     recovery: RecoverySpec = change(
         ChangeClass.IGNORE, "Self-healing: how long Flink may recover a failing job by itself before the "
         "reconciler repairs it.", default=RecoverySpec(),
+    )
+    takeover: TakeoverSpec | None = change(
+        ChangeClass.IGNORE, "Take over a running app from the Apache Flink Kubernetes Operator "
+        "(docs/migrate-from-flink-operator.md).", default=None,
+        exclude_if=lambda v: v is None,  # unset, it is no part of the canonical form: every app's hash stays as it was
     )
 
     @field_validator("flink_configuration", mode="before")

@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from reconciler.core.takeover import suspension, takeover_refusal
+from reconciler.core.observed import LiveApp, OperatorDeployment, Outcome
+from reconciler.core.plan import (
+    Action,
+    AppPlan,
+    DeleteOperatorDeployment,
+    ReleaseOperatorDeployment,
+    RestoreKind,
+    StartJob,
+    SuspendOperatorDeployment,
+    describe_step,
+    deterministic_job_id,
+)
+from reconciler.core.planner import PlanInput, plan
+from reconciler.core.render import to_text as render_text
+from reconciler.core.takeover import operator_view, suspension, takeover_refusal
+from tests.core.builders import REV, absent, app, inp, record, running
 
 
 def durable(uri: str) -> str | None:
@@ -51,3 +69,117 @@ def test_suspension(status: dict[str, Any], done: bool, savepoint: str | None, p
     s = suspension({"status": status})
     assert (s.done, s.savepoint) == (done, savepoint)
     assert (s.problem is None) if problem is None else (s.problem is not None and problem in s.problem)
+
+
+# ---- the plan ---------------------------------------------------------------------------------------------
+
+OP = OperatorDeployment(namespace="default", name="orders", job_state="running", upgrade_mode="last-state",
+                        lifecycle="STABLE")
+CKPT: dict[str, Any] = {"flinkConfiguration": {"execution.checkpointing.interval": "5s"}}
+TAKEOVER_STEPS = ("SuspendOperatorDeployment", "DeleteOperatorDeployment", "EnsureCluster", "StartJob",
+                  "AwaitRunning", "AwaitHealthy")
+
+
+TAKEN = app(takeover={"from": "FlinkDeployment/orders"})
+
+
+def operated(name: str = "orders", op: OperatorDeployment | None = OP, **kw: Any) -> LiveApp:
+    return absent(name).model_copy(update={"operator": op, **kw})
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    input: PlanInput
+    action: Action
+    steps: tuple[str, ...] = ()
+    reason: str = ""
+
+
+ROWS = [
+    Row("first sight, a FlinkDeployment of its name: takeover", inp([app(**CKPT)], live=[operated()]),
+        Action.TAKEOVER, TAKEOVER_STEPS, "take over FlinkDeployment default/orders"),
+    Row("spec.takeover names another FlinkDeployment", inp(
+        [app(**CKPT, takeover={"from": "FlinkDeployment/legacy"})],
+        live=[operated(op=OP.model_copy(update={"name": "legacy"}))]),
+        Action.TAKEOVER, TAKEOVER_STEPS, "FlinkDeployment default/legacy"),
+    Row("no checkpointing: no AwaitHealthy", inp([app()], live=[operated()]), Action.TAKEOVER, TAKEOVER_STEPS[:-1]),
+    Row("suspended in Git: stop it there, start nothing", inp([app(job={"state": "suspended"})], live=[operated()]),
+        Action.TAKEOVER, TAKEOVER_STEPS[:2], "keep it suspended here"),
+    Row("refused: mid-upgrade", inp([app()], live=[operated(op=OP.model_copy(update={"refusal": "X is mid-upgrade"}))]),
+        Action.BLOCKED, (), "takeover refused: X is mid-upgrade"),
+    Row("FlinkDeployments unreadable, spec says takeover", inp(
+        [app(takeover={"from": "FlinkDeployment/orders"})],
+        live=[operated(op=OP.model_copy(update={"unreadable": "403 Forbidden"}))]),
+        Action.BLOCKED, (), "403 Forbidden"),
+    Row("FlinkDeployments unreadable, no takeover asked: a create as usual", inp(
+        [app()], live=[operated(op=OP.model_copy(update={"unreadable": "403 Forbidden"}))]),
+        Action.CREATE, ("EnsureCluster", "StartJob", "AwaitRunning")),
+    Row("spec.takeover but no such FlinkDeployment, never seen: never an empty start",
+        inp([app(takeover={"from": "FlinkDeployment/orders"})]), Action.BLOCKED, (), "there is none in namespace"),
+    Row("spec.takeover, no FlinkDeployment, but a record (a takeover rolled back to its job): planned as usual",
+        inp([TAKEN], live=[running().model_copy(update={"deployed_spec_hash": TAKEN.spec_hash})],
+            records=[record(savepoint_age=timedelta(minutes=1))]),
+        Action.NOOP, (), "adopted"),
+    Row("already ours, spec.takeover added while a FlinkDeployment exists", inp(
+        [app(takeover={"from": "FlinkDeployment/orders"})], previous=[app()],
+        live=[running().model_copy(update={"operator": OP})], records=[record()]),
+        Action.BLOCKED, (), "already runs here"),
+    Row("already ours, a FlinkDeployment of its name and no spec.takeover: left alone", inp(
+        [app()], previous=[app()], live=[running().model_copy(update={"operator": OP})], records=[record()]),
+        Action.NOOP),
+    Row("a takeover of this spec failed before: not retried in a loop", inp(
+        [app()], live=[operated()],
+        records=[record(last_outcome=Outcome.FAILURE, last_attempted_revision=REV,
+                        last_attempted_spec_hash=app().spec_hash, last_action="takeover", last_message="boom")]),
+        Action.BLOCKED, (), "this spec already failed"),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+def test_plan_table(row: Row) -> None:
+    ap = plan(row.input).app("orders")
+    assert ap.action is row.action, ap.reason
+    assert tuple(s.type for s in ap.steps) == row.steps
+    assert row.reason in ap.reason
+
+
+def test_the_takeover_plan_in_detail() -> None:
+    ap = plan(inp([app(**CKPT)], live=[operated()])).app("orders")
+    suspend, delete, _, start, *_ = ap.steps
+    assert isinstance(suspend, SuspendOperatorDeployment) and (suspend.namespace, suspend.name) == ("default", "orders")
+    assert isinstance(delete, DeleteOperatorDeployment)
+    assert isinstance(start, StartJob) and start.restore.kind is RestoreKind.CAPTURED
+    assert start.job_id == deterministic_job_id("orders", REV, 1)
+    # Our start fails: the job restarts from the same savepoint here (a new job id); nothing of the operator's
+    assert ap.rollback_after == 1
+    assert [s.type for s in ap.rollback] == ["EnsureCluster", "StartJob", "AwaitRunning", "AwaitHealthy"]
+    assert all(isinstance(s, StartJob) and s.restore.kind is RestoreKind.CAPTURED and s.job_id != start.job_id
+               for s in ap.rollback if isinstance(s, StartJob))
+    # The suspend fails: the operator gets its job back as it was
+    assert [(s.type, s.state, s.upgrade_mode) for s in ap.abort if isinstance(s, ReleaseOperatorDeployment)] == [
+        ("ReleaseOperatorDeployment", "running", "last-state")]
+    assert any(r.startswith("TAKES OVER FlinkDeployment default/orders") for r in ap.risks)
+    assert "savepoint" in describe_step(suspend) and "Services are gone" in describe_step(delete)
+    assert AppPlan.model_validate_json(ap.model_dump_json()) == ap  # serializable like every plan
+
+
+def test_the_offline_preview_shows_the_takeover_when_the_spec_asks_for_it() -> None:
+    head = app(**CKPT, takeover={"from": "FlinkDeployment/legacy"})
+    the_plan = plan(dataclasses.replace(inp([head]), mode="offline"))
+    ap = the_plan.app("orders")
+    assert ap.action is Action.TAKEOVER and tuple(s.type for s in ap.steps) == TAKEOVER_STEPS
+    text = render_text(the_plan)
+    assert "takeover" in text and "FlinkDeployment default/legacy with a savepoint" in text
+    assert "RISK" in text and "TAKES OVER FlinkDeployment default/legacy" in text
+    # without spec.takeover an offline preview cannot know of a FlinkDeployment: a create
+    assert plan(dataclasses.replace(inp([app()]), mode="offline")).app("orders").action is Action.CREATE
+
+
+def test_operator_view_reads_what_the_plan_needs() -> None:
+    doc = fd(conf={"state.savepoints.dir": "s3://b/sp"})
+    doc["spec"]["job"] = {"state": "running", "upgradeMode": "stateless"}
+    v = operator_view(doc, durable)
+    assert (v.namespace, v.name, v.job_state, v.upgrade_mode, v.lifecycle, v.refusal) == (
+        "shop", "orders", "running", "stateless", "STABLE", None)
+    assert operator_view(fd(conf={}), durable).refusal is not None

@@ -78,8 +78,12 @@ KINDS: dict[tuple[str, str], tuple[str, bool, bool]] = {
     ("rbac.authorization.k8s.io", "roles"): ("Role", True, False),
     ("rbac.authorization.k8s.io", "rolebindings"): ("RoleBinding", True, False),
     ("coordination.k8s.io", "leases"): ("Lease", True, False),
+    # The Apache Flink Kubernetes Operator's custom resource (a takeover reads, patches and deletes it; the
+    # operator stand-in of a test writes its status through the status subresource).
+    ("flink.apache.org", "flinkdeployments"): ("FlinkDeployment", True, True),
 }
-VERSIONS = {"": "v1", "apps": "v1", "rbac.authorization.k8s.io": "v1", "coordination.k8s.io": "v1"}
+VERSIONS = {"": "v1", "apps": "v1", "rbac.authorization.k8s.io": "v1", "coordination.k8s.io": "v1",
+            "flink.apache.org": "v1beta1"}
 _PROXY_RE = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/:]+)(?::([^/]+))?/proxy(/.*)?$")
 
 

@@ -122,6 +122,13 @@ def _exercise_runtime(c: Cluster) -> None:
     rt.delete_retired("plain", deadline=c.clock.monotonic() + 60)
     for name in ("plain", "ha", "stateful"):
         rt.delete_cluster(name, deadline=c.clock.monotonic() + 60)
+    # A takeover from the Flink Kubernetes Operator: list its FlinkDeployments, read one while it suspends, ask
+    # for the suspend (and give it back), delete it and wait for its pods and Services.
+    rt.flink_deployments()
+    if rt.flink_deployment(c.namespace, "legacy") is not None:  # created by the test (the stand-in serves the CRD)
+        rt.suspend_flink_deployment(c.namespace, "legacy")
+    rt.release_flink_deployment(c.namespace, "legacy", state="running", upgrade_mode=None)
+    rt.delete_flink_deployment(c.namespace, "legacy", deadline=c.clock.monotonic() + 60)
     # The apps' records (one ConfigMap each): list per pass, create, compare-and-set update, re-read on a
     # conflict, delete when an app is forgotten.
     records = ConfigMapRecordStore(rt.kube, rt.namespaces)
@@ -134,6 +141,9 @@ def _exercise_runtime(c: Cluster) -> None:
 
 
 def test_role_grants_exactly_what_the_runtime_calls(cluster: Cluster, standin_only: Standin) -> None:
+    cluster.create({"apiVersion": "flink.apache.org/v1beta1", "kind": "FlinkDeployment",
+                    "metadata": {"name": "legacy", "namespace": cluster.namespace},
+                    "spec": {"job": {"state": "running"}}}, manager="kubectl")
     standin_only.api.reset_log()
     _exercise_runtime(cluster)
     used = {(call.group, call.resource, call.verb) for call in standin_only.api.calls()}
