@@ -169,6 +169,8 @@ class Journal:
         self._cache: dict[str, StoredRecord] | None = None
         self._broken: dict[str, str] = {}  # app -> why its record cannot be used (never written over)
         self._checked: dict[str, str] = {}  # app -> version of its record that was read through without error
+        # app -> (version, its AppRecord): an unchanged record is not parsed again (10,000 apps: 0.25 s a read)
+        self._built: dict[str, tuple[str, AppRecord]] = {}
 
     # ---- plumbing -------------------------------------------------------------------------------
 
@@ -304,11 +306,21 @@ class Journal:
     # ---- app records ----------------------------------------------------------------------------
 
     def records(self) -> Records:
-        """Every app's record, freshly read from the store."""
+        """Every app's record, freshly read from the store. An unchanged record (same version) is the same
+        AppRecord object as at the last call: frozen, so callers may key caches on it."""
         with self._mutex:
             self.refresh()
-            return Records(apps={app: self._app_record(app, r.doc) for app, r in sorted(self._records().items())
-                                 if not r.doc.get("forgotten")}, broken=dict(self._broken))
+            built: dict[str, tuple[str, AppRecord]] = {}
+            apps: dict[str, AppRecord] = {}
+            for app, r in sorted(self._records().items()):
+                if r.doc.get("forgotten"):
+                    continue
+                hit = self._built.get(app)
+                rec = hit[1] if hit is not None and hit[0] == r.version else self._app_record(app, r.doc)
+                built[app] = (r.version, rec)
+                apps[app] = rec
+            self._built = built
+            return Records(apps=apps, broken=dict(self._broken))
 
     def source_files(self) -> frozenset[str]:
         """The spec files the apps on record came from, as last read (no round trip to the store)."""
