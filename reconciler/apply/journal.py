@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import errno
 import fcntl
 import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum, StrEnum
@@ -116,6 +117,8 @@ class InFlight:
     started_at: datetime
     updated_at: datetime
     restored_from: str | None = None  # what the last StartJob restored (None: not started yet; "": empty state)
+    # "<stage>:<index>" -> (started, done) of each step run so far (records older than this know none)
+    step_times: Mapping[str, tuple[datetime | None, datetime | None]] = dataclasses.field(default_factory=dict)
 
     @property
     def steps(self) -> tuple[Any, ...]:
@@ -479,6 +482,7 @@ class Journal:
                 started_at=datetime.fromisoformat(f["started_at"]),
                 updated_at=datetime.fromisoformat(f["updated_at"]),
                 restored_from=f.get("restored_from"),
+                step_times=_step_times(f.get("step_times")),
             )
         except (KeyError, TypeError, ValueError, ValidationError) as e:
             raise JournalError(f"{self.store.where}: unreadable in-flight record of app {app!r}: {e}") from e
@@ -528,7 +532,15 @@ class Journal:
             if f["step_index"] != index and "trigger_id" not in scratch:
                 f["trigger_id"] = None
             f.update(scratch)
-            f.update(step_index=index, phase=phase.value, updated_at=self._now())
+            now = self._now()
+            f.update(step_index=index, phase=phase.value, updated_at=now)
+            # when each step started and ended, for the dashboard (nothing resumes from these)
+            times = f.setdefault("step_times", {})
+            key = f"{f.get('stage', Stage.FORWARD.value)}:{index}"
+            if phase is StepPhase.STARTED and (times.get(key) or [None])[0] is None:
+                times[key] = [now, None]
+            elif phase is StepPhase.DONE:
+                times[key] = [(times.get(key) or [None])[0], now]
 
         self._update(app, fn, create=False)
 
@@ -814,6 +826,21 @@ class Journal:
         lines.append({"at": self._now(), "revision": revision, "action": action,
                       "outcome": outcome.value if outcome else None, "message": message})
         del lines[:-MAX_TRANSITIONS]
+
+
+def _step_times(raw: object) -> dict[str, tuple[datetime | None, datetime | None]]:
+    """The in-flight doc's step times; anything unreadable in them is dropped (they are for display only)."""
+    out: dict[str, tuple[datetime | None, datetime | None]] = {}
+    if not isinstance(raw, dict):
+        return out
+    for key, pair in raw.items():
+        try:
+            started, done = pair
+            out[str(key)] = (datetime.fromisoformat(started) if started else None,
+                             datetime.fromisoformat(done) if done else None)
+        except (TypeError, ValueError):
+            continue
+    return out
 
 
 def _savepoints(doc: Doc) -> list[SavepointRecord]:
