@@ -745,8 +745,13 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from reconciler.ui.tip import TipWatcher
     from reconciler.ui.web import Dashboard, UiAuth
 
+    from reconciler.logs import mask_secrets
+
     repo = _repo_arg(args.repo) or os.environ.get("FLINK_RECONCILER_REPO_URL")
     settings = _settings(args, **({"repo_url": repo} if repo else {}))
+    mask_secrets(*(v.get_secret_value() for v in (settings.git_token, settings.forge_token, settings.ui_auth,
+                                                   settings.github_webhook_secret, settings.gitlab_webhook_token,
+                                                   settings.gitea_webhook_secret) if v is not None))
     host, _, port_text = args.listen.rpartition(":")
     try:
         port = int(port_text)
