@@ -738,14 +738,13 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from reconciler.daemon.http import Endpoints, HttpServer
     from reconciler.daemon.metrics import Metrics
     from reconciler.daemon.webhooks import WebhookSecrets
+    from reconciler.logs import mask_secrets
     from reconciler.service.factories import make_policy, make_record_store, make_runtime
     from reconciler.source.git import GitSource
     from reconciler.spec.policy import SpecPolicy
     from reconciler.ui.read import ReadSide
     from reconciler.ui.tip import TipWatcher
     from reconciler.ui.web import Dashboard, UiAuth
-
-    from reconciler.logs import mask_secrets
 
     repo = _repo_arg(args.repo) or os.environ.get("FLINK_RECONCILER_REPO_URL")
     settings = _settings(args, **({"repo_url": repo} if repo else {}))
@@ -778,6 +777,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
                     spec_policy=SpecPolicy(settings.spec_policy), mode="ui")
     token = settings.ui_auth.get_secret_value() if settings.ui_auth is not None else None
     dashboard = Dashboard(read, auth=UiAuth.parse(token))
+    read.warm()
 
     def status_page() -> str:
         from reconciler.ui.model import STATES, Query, select

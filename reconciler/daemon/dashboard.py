@@ -72,7 +72,7 @@ def dashboard_for(service: ReconcileService, settings: Settings, clock: Clock) -
                                                warm_standby=settings.runtime in ("local", "kubernetes")),
                     spec_policy=SpecPolicy(settings.spec_policy), mode="daemon")
     token = settings.ui_auth.get_secret_value() if settings.ui_auth is not None else None
-    return Dashboard(read, auth=UiAuth.parse(token))
+    return Dashboard(read, auth=UiAuth.parse(token))  # rows are built on the first page asked for
 
 
 def _merged(parts: list[LoadResult]) -> LoadResult:

@@ -44,6 +44,7 @@ from reconciler.ui.model import (
 
 log = logging.getLogger(__name__)
 
+ROWS_TTL_S = 1.0  # the overview's rows are at most this old (plus one rebuild) when served
 LIVE_TTL_S = 2.0  # a page refreshed every second asks the runtime at most this often per app
 FINAL_ACTIONS = frozenset({"delete", "suspend"})
 
@@ -85,6 +86,7 @@ class Overview:
     selection: Selection
     tip: Tip | None
     live: Mapping[str, LiveInfo]
+    loading: bool = False
 
 
 class ReadSide:
@@ -109,6 +111,8 @@ class ReadSide:
         self.mode = mode  # "daemon" or "ui" (the read-only command): shown in the page header
         self._rows = RowBuilder()
         self._rows_lock = threading.Lock()
+        self._snapshot: tuple[float, Tip | None, list[AppRow]] | None = None  # (built at, for tip, rows)
+        self._rebuilding = threading.Event()
         self._live: dict[str, tuple[float, LiveInfo | None]] = {}
         self._subjects: dict[str, str | None] = {}
         self._plan: tuple[str, Plan | None, str | None] | None = None
@@ -133,13 +137,45 @@ class ReadSide:
                 log.warning("dashboard: %s", e)
         return Records(apps=apps, broken=broken), inflight
 
-    def rows(self) -> tuple[list[AppRow], Tip | None]:
+    def rows(self, *, fresh: bool = False) -> tuple[list[AppRow], Tip | None]:
+        """Every app's row. Stale-while-revalidate: a snapshot younger than ROWS_TTL_S is served as is; an
+        older one is served too while a background rebuild runs (a page polled every second over 10,000 apps
+        must not pay a full read each time). A new branch tip, or `fresh`, rebuilds now."""
         tip = self.tip()
-        records, inflight = self._records()
+        snap = self._snapshot
+        if not fresh and snap is not None and _same_tip(snap[1], tip):
+            if time.monotonic() - snap[0] > ROWS_TTL_S and not self._rebuilding.is_set():
+                self._rebuilding.set()
+                threading.Thread(target=self._rebuild_quietly, name="ui-rows", daemon=True).start()
+            return snap[2], tip
+        return self._rebuild(tip)
+
+    def _rebuild(self, tip: Tip | None) -> tuple[list[AppRow], Tip | None]:
         with self._rows_lock:
-            return self._rows.rows(records, inflight, tip, self._pass_states()), tip
+            at = time.monotonic()
+            records, inflight = self._records()
+            rows = self._rows.rows(records, inflight, tip, self._pass_states())
+            self._snapshot = (at, tip, rows)
+            return rows, tip
+
+    def _rebuild_quietly(self) -> None:
+        try:
+            self._rebuild(self.tip())
+        except Exception:
+            log.exception("dashboard: rebuilding the rows failed")
+        finally:
+            self._rebuilding.clear()
+
+    def warm(self) -> None:
+        """Build the rows in the background now, so the first page does not wait for them."""
+        self._rebuilding.set()
+        threading.Thread(target=self._rebuild_quietly, name="ui-rows", daemon=True).start()
 
     def overview(self, query: Query) -> Overview:
+        """The overview; `loading` (and no rows) while the first read of every record is still running, so
+        a page over 10,000 apps answers at once and fills in when they are read."""
+        if self._snapshot is None and self._rebuilding.is_set():
+            return Overview(select([], query), self.tip(), {}, loading=True)
         rows, tip = self.rows()
         sel = select(rows, query)
         return Overview(sel, tip, self.live([r.name for r in sel.rows]))
@@ -176,7 +212,7 @@ class ReadSide:
         return commit_url(self.repo_url, sha)
 
     def app(self, name: str) -> AppDetail | None:
-        rows, tip = self.rows()
+        rows, tip = self.rows(fresh=True)
         row = next((r for r in rows if r.name == name), None)
         if row is None:
             return None
@@ -235,6 +271,12 @@ class ReadSide:
                 result, why = None, f"the plan could not be computed: {redact(str(e))}"
             self._plan = (tip.revision, result, why)
             return tip, result, why
+
+
+def _same_tip(a: Tip | None, b: Tip | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.revision == b.revision and a.loaded is b.loaded
 
 
 def _live_info(la: LiveApp) -> LiveInfo:

@@ -9,7 +9,8 @@ import threading
 from reconciler.errors import ReconcilerError
 from reconciler.logs import redact
 from reconciler.source.git import GitSource
-from reconciler.source.specs import load_at
+from reconciler.source.specs import load_at, spec_paths
+from reconciler.spec.load import SPEC_SUFFIXES
 from reconciler.spec.policy import SpecPolicy
 from reconciler.ui.model import Tip
 
@@ -34,9 +35,15 @@ class TipWatcher:
     def refresh(self) -> None:
         """Fetch once; load the specs when the tip moved. A failure is kept (shown) and retried next time."""
         try:
-            rev = self.source.fetch().new_sha
-            if self._tip is None or self._tip.revision != rev:
-                loaded = load_at(self.source, rev, self.subdir, policy=self.spec_policy)
+            fetched = self.source.fetch()
+            rev, old = fetched.new_sha, self._tip
+            if old is None or old.revision != rev:
+                if old is None or fetched.rewritten:
+                    loaded = load_at(self.source, rev, self.subdir, policy=self.spec_policy)
+                else:  # only the changed files: unchanged apps keep their parsed spec (and the rows their memo)
+                    changed = sorted(p for p in self.source.changed_paths(old.revision, rev, self.subdir)
+                                     if p.endswith(SPEC_SUFFIXES))
+                    loaded = old.loaded.update(spec_paths(self.source.read_paths(rev, changed)))
                 self._tip = Tip(revision=rev, loaded=loaded, subject=self.source.commit_info(rev).subject)
             self.error = None
         except ReconcilerError as e:
