@@ -9,6 +9,8 @@ so third-party loggers (apscheduler, httpx) get it too.
 line through it (message, fields, traceback), and the daemon's HTTP server runs every text answer
 through it. It drops the user-info part of any URL (`https://TOKEN@host/...`, `https://user:pw@...`)
 and every value registered with `mask_secrets()` (the configured tokens and webhook secrets).
+`redact_config()` does the same for structured values (a spec shown by the dashboard) and also masks the
+value of every key that looks secret (`looks_secret`: Flink's own rule for its configuration).
 """
 
 from __future__ import annotations
@@ -82,6 +84,32 @@ def redact(text: str) -> str:
         if secret in text:
             text = text.replace(secret, REDACTED)
     return _URL_USERINFO.sub(r"\1" + REDACTED + "@", text)
+
+
+# Flink's own rule (GlobalConfiguration.isSensitive), plus the cloud key names that turn up in
+# flinkConfiguration: a key containing any of these (case-insensitive) holds a secret value.
+SENSITIVE_KEY_PARTS = ("password", "secret", "token", "apikey", "api-key", "api_key", "auth-params", "service-key",
+                       "basic-auth", "jaas.config", "http-headers", "account.key", "access-key", "access.key",
+                       "private-key", "private.key", "credential")
+
+
+def looks_secret(key: str) -> bool:
+    """Whether a configuration key (a flinkConfiguration entry, an env var name) names a secret value."""
+    k = key.lower()
+    return any(part in k for part in SENSITIVE_KEY_PARTS)
+
+
+def redact_config(value: Any, key: str = "") -> Any:
+    """`value` (a spec, a flinkConfiguration map, one entry's value under `key`) with the values of
+    secret-looking keys replaced by `***`, at any depth; every other string through `redact()`."""
+    if isinstance(value, dict):
+        return {k: REDACTED if looks_secret(str(k)) and v not in (None, "") else redact_config(v, str(k))
+                for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_config(v, key) for v in value]
+    if key and looks_secret(key) and value not in (None, ""):
+        return REDACTED
+    return redact(value) if isinstance(value, str) else value
 
 
 def current_context() -> dict[str, str]:

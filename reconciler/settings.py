@@ -107,6 +107,13 @@ class Settings(BaseSettings):
     github_webhook_secret: SecretStr | None = Field(None, description="GitHub webhook secret (secret).")
     gitlab_webhook_token: SecretStr | None = Field(None, description="GitLab webhook secret token (secret).")
     gitea_webhook_secret: SecretStr | None = Field(None, description="Gitea webhook secret (secret).")
+    ui_enabled: bool = Field(True, description=(
+        "Serve the read-only web dashboard ([ui.md](ui.md)) on this port: `/` for a browser (plain text for "
+        "anything else, and always at `/status.txt`), `/apps/<name>`, `/plan`."))
+    ui_auth: SecretStr | None = Field(None, description=(
+        "Who may see the dashboard: `bearer:<token>` (an `Authorization: Bearer` header, or the browser's "
+        "basic-auth prompt with the token as password) or `basic-file:<path>` (a file of `user:password` lines); "
+        "unset: anyone who reaches the port (secret)."))
     # --- commit status ----------------------------------------------------------------------------
     status_sink: Literal["notes", "github", "gitlab", "gitea", "none"] = Field(
         "notes", description="Where commit statuses go: git notes, a forge's status API, or nowhere."
@@ -180,7 +187,8 @@ class Settings(BaseSettings):
         return value
 
     @field_validator(
-        "github_webhook_secret", "gitlab_webhook_token", "gitea_webhook_secret", "git_token", "forge_token"
+        "github_webhook_secret", "gitlab_webhook_token", "gitea_webhook_secret", "git_token", "forge_token",
+        "ui_auth",
     )
     @classmethod
     def _empty_secret_is_unset(cls, value: SecretStr | None) -> SecretStr | None:

@@ -12,6 +12,16 @@ if ! java_ok; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-17-jdk-headless >/dev/null
 fi
 
+# Debian's chromium: the dashboard's browser tests drive it headless (Playwright's `playwright install` is never
+# run: its download is not reachable here). Installed only if missing; the tests skip without it.
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing chromium (apt)" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null 2>&1; }; then
+    echo "setup: chromium could not be installed; the browser tests will skip" >&2
+  fi
+fi
+
 PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import errno
 import fcntl
 import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum, StrEnum
@@ -119,6 +120,8 @@ class InFlight:
     started_at: datetime
     updated_at: datetime
     restored_from: str | None = None  # what the last StartJob restored (None: not started yet; "": empty state)
+    # "<stage>:<index>" -> (started, done) of each step run so far (records older than this know none)
+    step_times: Mapping[str, tuple[datetime | None, datetime | None]] = dataclasses.field(default_factory=dict)
 
     @property
     def steps(self) -> tuple[Any, ...]:
@@ -172,6 +175,8 @@ class Journal:
         self._cache: dict[str, StoredRecord] | None = None
         self._broken: dict[str, str] = {}  # app -> why its record cannot be used (never written over)
         self._checked: dict[str, str] = {}  # app -> version of its record that was read through without error
+        # app -> (version, its AppRecord): an unchanged record is not parsed again (10,000 apps: 0.25 s a read)
+        self._built: dict[str, tuple[str, AppRecord]] = {}
 
     # ---- plumbing -------------------------------------------------------------------------------
 
@@ -307,11 +312,21 @@ class Journal:
     # ---- app records ----------------------------------------------------------------------------
 
     def records(self) -> Records:
-        """Every app's record, freshly read from the store."""
+        """Every app's record, freshly read from the store. An unchanged record (same version) is the same
+        AppRecord object as at the last call: frozen, so callers may key caches on it."""
         with self._mutex:
             self.refresh()
-            return Records(apps={app: self._app_record(app, r.doc) for app, r in sorted(self._records().items())
-                                 if not r.doc.get("forgotten")}, broken=dict(self._broken))
+            built: dict[str, tuple[str, AppRecord]] = {}
+            apps: dict[str, AppRecord] = {}
+            for app, r in sorted(self._records().items()):
+                if r.doc.get("forgotten"):
+                    continue
+                hit = self._built.get(app)
+                rec = hit[1] if hit is not None and hit[0] == r.version else self._app_record(app, r.doc)
+                built[app] = (r.version, rec)
+                apps[app] = rec
+            self._built = built
+            return Records(apps=apps, broken=dict(self._broken))
 
     def source_files(self) -> frozenset[str]:
         """The spec files the apps on record came from, as last read (no round trip to the store)."""
@@ -470,6 +485,7 @@ class Journal:
                 started_at=datetime.fromisoformat(f["started_at"]),
                 updated_at=datetime.fromisoformat(f["updated_at"]),
                 restored_from=f.get("restored_from"),
+                step_times=_step_times(f.get("step_times")),
             )
         except (KeyError, TypeError, ValueError, ValidationError) as e:
             raise JournalError(f"{self.store.where}: unreadable in-flight record of app {app!r}: {e}") from e
@@ -519,7 +535,15 @@ class Journal:
             if f["step_index"] != index and "trigger_id" not in scratch:
                 f["trigger_id"] = None
             f.update(scratch)
-            f.update(step_index=index, phase=phase.value, updated_at=self._now())
+            now = self._now()
+            f.update(step_index=index, phase=phase.value, updated_at=now)
+            # when each step started and ended, for the dashboard (nothing resumes from these)
+            times = f.setdefault("step_times", {})
+            key = f"{f.get('stage', Stage.FORWARD.value)}:{index}"
+            if phase is StepPhase.STARTED and (times.get(key) or [None])[0] is None:
+                times[key] = [now, None]
+            elif phase is StepPhase.DONE:
+                times[key] = [(times.get(key) or [None])[0], now]
 
         self._update(app, fn, create=False)
 
@@ -805,6 +829,21 @@ class Journal:
         lines.append({"at": self._now(), "revision": revision, "action": action,
                       "outcome": outcome.value if outcome else None, "message": message})
         del lines[:-MAX_TRANSITIONS]
+
+
+def _step_times(raw: object) -> dict[str, tuple[datetime | None, datetime | None]]:
+    """The in-flight doc's step times; anything unreadable in them is dropped (they are for display only)."""
+    out: dict[str, tuple[datetime | None, datetime | None]] = {}
+    if not isinstance(raw, dict):
+        return out
+    for key, pair in raw.items():
+        try:
+            started, done = pair
+            out[str(key)] = (datetime.fromisoformat(started) if started else None,
+                             datetime.fromisoformat(done) if done else None)
+        except (TypeError, ValueError):
+            continue
+    return out
 
 
 def _savepoints(doc: Doc) -> list[SavepointRecord]:

@@ -1,4 +1,5 @@
-"""The daemon's small HTTP server: /webhook, /healthz, /readyz, /metrics and a plain-text status page.
+"""The daemon's small HTTP server: /webhook, /healthz, /readyz, /metrics, a plain-text status page and the
+web dashboard (reconciler/ui: `/` for a browser, `/apps/<name>`, `/plan`, `/static/...`).
 
 stdlib ThreadingHTTPServer in a background thread: a handful of requests a minute needs no framework.
 The port is open to whoever can reach it, so every resource a client can hold is bounded:
@@ -25,13 +26,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reconciler import __version__
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.webhooks import WebhookEvent, WebhookSecrets, verify_webhook
 from reconciler.errors import ConfigError, WebhookRejectedError
 from reconciler.logs import redact
+
+if TYPE_CHECKING:
+    from reconciler.ui.web import Dashboard
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,7 @@ class Endpoints:
     readiness: Callable[[], tuple[bool, str]]
     metrics: Metrics
     status_page: Callable[[], str]
+    ui: Dashboard | None = None  # the web dashboard (`ui_enabled`); None: `/` is the plain-text page only
 
 
 class _Server(ThreadingHTTPServer):
@@ -232,8 +237,11 @@ class _Handler(BaseHTTPRequestHandler):
             elif path == "/metrics":
                 body, content_type = self.endpoints.metrics.exposition(self.headers.get("Accept"))
                 self._send(HTTPStatus.OK, body, content_type)
-            elif path == "/":
+            elif path == "/status.txt" or (path == "/" and not self._wants_html()):
                 self._text(HTTPStatus.OK, self.endpoints.status_page())
+            elif self.endpoints.ui is not None and self.endpoints.ui.handles(path):
+                answer = self.endpoints.ui.handle(path, self.path.partition("?")[2], dict(self.headers.items()))
+                self._send(answer.status, answer.body, answer.content_type, **answer.headers)
             elif path == "/webhook":
                 self._text(HTTPStatus.METHOD_NOT_ALLOWED, "POST a webhook here\n", allow="POST")
             else:
@@ -255,6 +263,10 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("webhook handling failed")
             self.endpoints.metrics.count_webhook("unknown", "error")
             self._text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error\n")
+
+    def _wants_html(self) -> bool:
+        """A browser asks for HTML and gets the dashboard at `/`; curl, probes and scripts keep the text page."""
+        return self.endpoints.ui is not None and "text/html" in (self.headers.get("Accept") or "")
 
     def _late(self, *, forge: str | None = None) -> bool:
         """Past the connection's deadline (headers trickled in until the server cut the read side):
@@ -362,9 +374,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
+            if not any(name.lower() in ("cache_control", "cache-control") for name in headers):
+                self.send_header("Cache-Control", "no-store")
             for name, value in headers.items():
-                self.send_header(name.capitalize(), value)
+                self.send_header(name if "-" in name else name.capitalize(), value)
             if self.close_connection:
                 self.send_header("Connection", "close")
             self.end_headers()

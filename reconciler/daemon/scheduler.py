@@ -25,6 +25,7 @@ from pydantic import SecretStr
 
 from reconciler import __version__
 from reconciler.clock import Clock, SystemClock
+from reconciler.daemon.dashboard import dashboard_for
 from reconciler.daemon.http import Endpoints, HttpServer
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.ports import AsksForPasses, ReconcileService, StatusSource
@@ -206,6 +207,7 @@ class Daemon:
                 readiness=self.readiness,
                 metrics=metrics,
                 status_page=self.status_page,
+                ui=dashboard_for(service, settings, self.clock),
             ),
         )
 

@@ -429,6 +429,15 @@ class Reconciler:
             lines.append(f"  ... and {len(shown) - 50} more")
         return "\n".join(lines) + "\n"
 
+    def app_states(self) -> dict[str, tuple[str, str]]:
+        """app -> (one of APP_STATES, why) after the last pass that planned it (the dashboard's blocked/error)."""
+        return dict(self._states)
+
+    def loaded(self) -> tuple[str, LoadResult] | None:
+        """The revision the last pass loaded (the branch tip as this process last saw it) and its specs."""
+        loaded, rev = self._loaded, self._loaded_rev
+        return (rev, loaded) if loaded is not None and rev is not None else None
+
     def drop_states(self) -> None:
         """This reconciler no longer owns its apps (a shard lost): they are no longer counted here."""
         self._states = {}

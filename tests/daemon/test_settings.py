@@ -121,6 +121,7 @@ def test_every_secret_is_secretstr_and_file_capable() -> None:
         "gitlab_webhook_token",
         "gitea_webhook_secret",
         "forge_token",
+        "ui_auth",
     }
 
 

@@ -647,6 +647,51 @@ def test_scale_up_from_a_savepoint_then_upgrade_again(env: FlinkEnv) -> None:
     assert cp.restored_path and any(_same_path(cp.restored_path, s["path"]) for s in sps), (cp, sps)
 
 
+@pytest.mark.flink
+@pytest.mark.slow
+def test_the_dashboard_shows_a_running_upgrade_step_by_step_and_the_failed_one(env: FlinkEnv) -> None:
+    """In a real browser, on the daemon's port: the failed upgrade's reason (as the CLI says it), then an
+    upgrade whose steps advance on the open page (no reload) until its lineage entry appears. After the
+    scale test, which leaves the job running; nothing after this depends on what it leaves."""
+    from tests.ui.browser import chromium, need_browser, open_page
+
+    need_browser()
+    _need(env, "failed")
+    d = env.daemon
+    failed = env.shas["failed"]
+    with chromium() as browser:
+        w = open_page(browser)
+        w.page.goto(f"{d.url}/apps/{APP}")
+        failure = w.page.locator("#failure").inner_text()
+        assert failed[:12] in failure and "ClassNotFoundException" in failure and "rolled back" in failure, failure
+        w.page.evaluate("window.__same_page = true")
+
+        env.repo.write(SPEC_FILE, counter_spec(parallelism=2, rate=RATE + 100, healthy="15s"))
+        sha = env.repo.commit("rate +100, watched in the dashboard")
+        running: list[str] = []  # each step seen running, in order
+        done_counts: set[int] = set()
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            step = w.page.locator("#inflight .step.s-running .text")
+            if step.count():
+                text = step.first.inner_text()
+                if not running or running[-1] != text:
+                    running.append(text)
+                done_counts.add(w.page.locator("#inflight .step.s-done").count())
+            top = w.page.locator("#lineage li").first
+            if top.count() and sha[:12] in top.inner_text() and not w.page.locator("#inflight .step").count():
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"no lineage entry of {sha[:12]} on the page within 150 s; steps seen: {running}")
+        assert len(running) >= 2, f"the page showed too few steps running: {running}"
+        assert max(done_counts) > min(done_counts), f"no step turned done on the page: {done_counts}"
+        assert "success" in w.page.locator("#lineage li").first.inner_text()
+        assert w.page.evaluate("window.__same_page") is True, "the page was reloaded"
+        assert not w.errors, w.errors
+    wait_note(env.repo, sha, "success", d, timeout=60)
+
+
 def fresh_start_bound(job: Job, rate: int) -> float:
     """More than a job started without state at `rate` could have counted per key since it started."""
     return (rate / KEYS) * (time.time() - job.start_time_ms / 1000) * 1.5 + 5

@@ -1,0 +1,297 @@
+"""Where the dashboard reads: the journal (the same records, in-flight executions, history and lineage that
+`status` and `history` read), the branch tip, the last pass's app states and, when there is a runtime, the
+live job of the apps on the page. Read-only: nothing here writes a record, a note or a cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import yaml
+
+from reconciler.apply.journal import InFlight, Journal, Lineage, Transition
+from reconciler.clock import Clock
+from reconciler.core import render
+from reconciler.core.diff import diff, pointer_tokens
+from reconciler.core.observed import AppRecord, LiveApp, Records
+from reconciler.core.plan import FieldChange, Plan
+from reconciler.core.planner import Policy, offline_input, plan
+from reconciler.errors import ReconcilerError
+from reconciler.live.observe import observe
+from reconciler.live.ports import Runtime
+from reconciler.logs import redact, redact_config
+from reconciler.source.git import GitSource
+from reconciler.source.specs import load_at
+from reconciler.spec.load import LoadResult
+from reconciler.spec.policy import SpecPolicy
+from reconciler.ui.forge import commit_url
+from reconciler.ui.model import (
+    AppRow,
+    Query,
+    RowBuilder,
+    Selection,
+    StepView,
+    Tip,
+    savepoint_kind,
+    select,
+    step_views,
+)
+
+log = logging.getLogger(__name__)
+
+ROWS_TTL_S = 1.0  # the overview's rows are at most this old (plus one rebuild) when served
+LIVE_TTL_S = 2.0  # a page refreshed every second asks the runtime at most this often per app
+FINAL_ACTIONS = frozenset({"delete", "suspend"})
+
+
+@dataclass(frozen=True)
+class LiveInfo:
+    job_id: str | None
+    state: str  # Flink's job state, or the cluster's phase when there is no job
+    checkpoint_at: datetime | None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class SavepointView:
+    at: datetime
+    kind: str
+    revision: str | None
+    path: str
+    job_id: str | None
+
+
+@dataclass(frozen=True)
+class AppDetail:
+    row: AppRow
+    record: AppRecord | None
+    inflight: InFlight | None
+    stages: tuple[tuple[str, tuple[StepView, ...]], ...]
+    applied_yaml: str | None
+    diff: tuple[str, ...]  # `plan`'s diff lines, applied spec -> the branch tip's
+    lineage: tuple[Lineage, ...]  # newest first
+    savepoints: tuple[SavepointView, ...]  # newest first
+    transitions: tuple[Transition, ...]  # newest first
+    failures: tuple[Transition, ...]  # the history lines that failed or erred, newest first
+    live: LiveInfo | None
+
+
+@dataclass(frozen=True)
+class Overview:
+    selection: Selection
+    tip: Tip | None
+    live: Mapping[str, LiveInfo]
+    loading: bool = False
+
+
+class ReadSide:
+    """Everything a page shows, from the one place each thing is kept."""
+
+    def __init__(self, *, journals: Callable[[], Sequence[Journal]], tip: Callable[[], Tip | None],
+                 clock: Clock, runtime: Runtime | None = None,
+                 pass_states: Callable[[], Mapping[str, tuple[str, str]]] | None = None,
+                 source: GitSource | None = None, repo_url: str | None = None, subdir: str = "",
+                 policy: Policy | None = None, spec_policy: SpecPolicy = SpecPolicy.RESTRICTED,
+                 mode: str = "daemon") -> None:
+        self._journals = journals
+        self._tip = tip
+        self.clock = clock
+        self.runtime = runtime
+        self._pass_states = pass_states or dict
+        self.source = source
+        self.repo_url = repo_url
+        self.subdir = subdir
+        self.policy = policy or Policy()
+        self.spec_policy = spec_policy
+        self.mode = mode  # "daemon" or "ui" (the read-only command): shown in the page header
+        self._rows = RowBuilder()
+        self._rows_lock = threading.Lock()
+        self._snapshot: tuple[float, Tip | None, list[AppRow]] | None = None  # (built at, for tip, rows)
+        self._rebuilding = threading.Event()
+        self._live: dict[str, tuple[float, LiveInfo | None]] = {}
+        self._subjects: dict[str, str | None] = {}
+        self._plan: tuple[str, Plan | None, str | None] | None = None
+        self._plan_lock = threading.Lock()
+
+    # ---- the data -----------------------------------------------------------------------------------
+
+    def tip(self) -> Tip | None:
+        return self._tip()
+
+    def _records(self) -> tuple[Records, dict[str, InFlight]]:
+        apps: dict[str, AppRecord] = {}
+        broken: dict[str, str] = {}
+        inflight: dict[str, InFlight] = {}
+        for j in self._journals():
+            r = j.records()
+            apps.update(r.apps)
+            broken.update(r.broken)
+            try:
+                inflight.update(j.all_inflight())
+            except ReconcilerError as e:  # one unreadable execution: its app shows as broken, not the page
+                log.warning("dashboard: %s", e)
+        return Records(apps=apps, broken=broken), inflight
+
+    def rows(self, *, fresh: bool = False) -> tuple[list[AppRow], Tip | None]:
+        """Every app's row. Stale-while-revalidate: a snapshot younger than ROWS_TTL_S is served as is; an
+        older one is served too while a background rebuild runs (a page polled every second over 10,000 apps
+        must not pay a full read each time). A new branch tip, or `fresh`, rebuilds now."""
+        tip = self.tip()
+        snap = self._snapshot
+        if not fresh and snap is not None and _same_tip(snap[1], tip):
+            if time.monotonic() - snap[0] > ROWS_TTL_S and not self._rebuilding.is_set():
+                self._rebuilding.set()
+                threading.Thread(target=self._rebuild_quietly, name="ui-rows", daemon=True).start()
+            return snap[2], tip
+        return self._rebuild(tip)
+
+    def _rebuild(self, tip: Tip | None) -> tuple[list[AppRow], Tip | None]:
+        with self._rows_lock:
+            at = time.monotonic()
+            records, inflight = self._records()
+            rows = self._rows.rows(records, inflight, tip, self._pass_states())
+            self._snapshot = (at, tip, rows)
+            return rows, tip
+
+    def _rebuild_quietly(self) -> None:
+        try:
+            self._rebuild(self.tip())
+        except Exception:
+            log.exception("dashboard: rebuilding the rows failed")
+        finally:
+            self._rebuilding.clear()
+
+    def warm(self) -> None:
+        """Build the rows in the background now, so the first page does not wait for them."""
+        self._rebuilding.set()
+        threading.Thread(target=self._rebuild_quietly, name="ui-rows", daemon=True).start()
+
+    def overview(self, query: Query) -> Overview:
+        """The overview; `loading` (and no rows) while the first read of every record is still running, so
+        a page over 10,000 apps answers at once and fills in when they are read."""
+        if self._snapshot is None and self._rebuilding.is_set():
+            return Overview(select([], query), self.tip(), {}, loading=True)
+        rows, tip = self.rows()
+        sel = select(rows, query)
+        return Overview(sel, tip, self.live([r.name for r in sel.rows]))
+
+    def live(self, names: Sequence[str]) -> dict[str, LiveInfo]:
+        """The job of each named app as the runtime shows it now (cached for LIVE_TTL_S); nothing in a dry run."""
+        if self.runtime is None or not names:
+            return {}
+        now = time.monotonic()
+        stale = [n for n in names if (hit := self._live.get(n)) is None or now - hit[0] > LIVE_TTL_S]
+        if stale:
+            try:
+                state = observe(self.runtime, stale)
+            except ReconcilerError as e:
+                log.warning("dashboard: cannot observe the runtime: %s", e)
+                state = None
+            for n in stale:
+                la = state.apps.get(n) if state is not None else None
+                self._live[n] = (now, _live_info(la) if la is not None else None)
+        return {n: info for n in names if (info := self._live[n][1]) is not None}
+
+    def subject(self, sha: str | None) -> str | None:
+        """A commit's subject line (cached; None when the repository is not known here)."""
+        if not sha or self.source is None:
+            return None
+        if sha not in self._subjects:
+            try:
+                self._subjects[sha] = self.source.commit_info(sha).subject
+            except ReconcilerError:
+                self._subjects[sha] = None
+        return self._subjects[sha]
+
+    def commit_url(self, sha: str | None) -> str | None:
+        return commit_url(self.repo_url, sha)
+
+    def app(self, name: str) -> AppDetail | None:
+        rows, tip = self.rows(fresh=True)
+        row = next((r for r in rows if r.name == name), None)
+        if row is None:
+            return None
+        journal = self._journal_of(name)
+        record = journal.record(name) if journal is not None else None
+        inflight = journal.inflight(name) if journal is not None else None
+        lineage = tuple(reversed(journal.lineage(name))) if journal is not None else ()
+        transitions = tuple(reversed(journal.history(name))) if journal is not None else ()
+        applied = record.last_applied_spec if record is not None else None
+        changes: tuple[str, ...] = ()
+        la = tip.loaded.apps.get(name) if tip is not None else None
+        if la is not None and row.state in ("out-of-sync", "error", "blocked"):
+            changes = tuple(render.diff_lines(tuple(_redacted(c) for c in diff(applied, la.app.canonical()))))
+        finals = frozenset(e.revision for e in lineage if e.action.split(" ")[0] in FINAL_ACTIONS)
+        savepoints = tuple(SavepointView(sp.taken_at, savepoint_kind(sp.kind, sp.revision, finals), sp.revision,
+                                         sp.path, sp.job_id)
+                           for sp in sorted(record.savepoints if record else (), key=lambda s: s.taken_at,
+                                            reverse=True))
+        return AppDetail(
+            row=row, record=record, inflight=inflight,
+            stages=step_views(inflight) if inflight is not None else (),
+            applied_yaml=yaml.safe_dump(redact_config(applied), sort_keys=False) if applied else None,
+            diff=changes, lineage=lineage, savepoints=savepoints, transitions=transitions,
+            failures=tuple(t for t in transitions if t.outcome is not None and t.outcome.value in ("failure", "error")),
+            live=self.live([name]).get(name),
+        )
+
+    def _journal_of(self, name: str) -> Journal | None:
+        journals = list(self._journals())
+        for j in journals:
+            if j.record(name) is not None or j.history(name) or j.inflight(name) is not None:
+                return j
+        return journals[0] if journals else None
+
+    def plan(self) -> tuple[Tip | None, Plan | None, str | None]:
+        """The offline plan of the branch tip against its parent, as `flink-reconciler plan --repo R` makes
+        it (cached per tip): (tip, plan, why there is none)."""
+        tip = self.tip()
+        if tip is None or self.source is None:
+            return tip, None, "no repository here: the plan needs the branch (give --repo)"
+        with self._plan_lock:
+            if self._plan is not None and self._plan[0] == tip.revision:
+                return tip, self._plan[1], self._plan[2]
+            try:
+                try:
+                    parent: str | None = self.source.resolve(tip.revision + "~1")
+                except ReconcilerError:
+                    parent = None
+                base = load_at(self.source, parent, self.subdir, policy=SpecPolicy.PERMISSIVE) if parent \
+                    else LoadResult()
+                result: Plan | None = plan(offline_input(base, tip.loaded, base_revision=parent or "0" * 40,
+                                                         revision=tip.revision, now=self.clock.now(),
+                                                         policy=self.policy))
+                why = None
+            except ReconcilerError as e:
+                result, why = None, f"the plan could not be computed: {redact(str(e))}"
+            self._plan = (tip.revision, result, why)
+            return tip, result, why
+
+
+def _same_tip(a: Tip | None, b: Tip | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.revision == b.revision and a.loaded is b.loaded
+
+
+def _live_info(la: LiveApp) -> LiveInfo:
+    cp = la.latest_checkpoint
+    return LiveInfo(job_id=la.job_id, state=la.flink_state or la.cluster.value,
+                    checkpoint_at=cp.completed_at if cp is not None else None,
+                    message=la.job_exception or la.cluster_message)
+
+
+def _redacted(c: FieldChange) -> FieldChange:
+    key = pointer_tokens(c.path)[-1] if c.path else ""
+    return c.model_copy(update={"old": redact_config(c.old, key), "new": redact_config(c.new, key)})
+
+
+def plan_text(p: Plan) -> str:
+    """`plan`'s text rendering with secret-looking values masked (the diff carries spec values)."""
+    apps = tuple(a.model_copy(update={"diff": tuple(_redacted(c) for c in a.diff)}) for a in p.apps)
+    return redact(render.to_text(p.model_copy(update={"apps": apps}), color=False))
