@@ -301,7 +301,11 @@ class Daemon:
             except BaseException:
                 self.stop(deadline_s=0)
                 raise
-            stop.wait()
+            # A timed wait, not stop.wait(): the kernel may deliver SIGTERM to another thread (one forking a JVM,
+            # say); Python then runs our handler only when the main thread next runs bytecode, and an untimed
+            # wait never returns to it (seen once in a 30-minute soak: SIGTERM ignored for a minute).
+            while not stop.wait(timeout=0.5):
+                pass
             return 0 if self.stop() else 1
         finally:
             for s, handler in previous.items():
