@@ -207,8 +207,10 @@ def _parser() -> argparse.ArgumentParser:
     rd.add_argument("--cache-dir", type=Path, help="with --repo: " + _CACHE_HELP)
     rd.set_defaults(func=cmd_render)
 
-    s = sub.add_parser("schema", help="print the JSON Schema of a FlinkApp spec")
+    s = sub.add_parser("schema", help="print the JSON Schema of a FlinkApp (or FlinkSessionCluster) spec")
     s.add_argument("--out", type=Path, help="write to this file (default: stdout)")
+    s.add_argument("--kind", choices=("FlinkApp", "FlinkSessionCluster"), default="FlinkApp",
+                   help="which kind's schema (default: FlinkApp)")
     s.add_argument("--reference", action="store_true",
                    help="the Markdown field reference instead (default: the JSON Schema)")
     s.set_defaults(func=cmd_schema)
@@ -268,7 +270,7 @@ def _spec_policy() -> SpecPolicy:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    total_apps = total_files = 0
+    total_apps = total_files = total_clusters = 0
     problems: list[dict[str, object]] = []
     for raw in args.paths:
         root = Path(raw)
@@ -281,19 +283,21 @@ def cmd_validate(args: argparse.Namespace) -> int:
         runtime_errors = _runtime_errors(result, args.runtime)
         total_apps += len(result.apps) - len({e.app for e in runtime_errors})
         total_files += len(result.files)
+        total_clusters += len(result.clusters)
         for e in (*result.errors, *runtime_errors):
             problems.append({"file": str(prefix / e.file), "line": e.line, "column": e.column,
                              "field": e.field, "app": e.app, "message": e.message,
                              "text": f"{prefix / e.location()}: {e.message}"})
     if args.output == "json":
-        print(json.dumps({"ok": not problems, "apps": total_apps, "files": total_files, "errors": problems},
-                         indent=2))
+        print(json.dumps({"ok": not problems, "apps": total_apps, "sessionClusters": total_clusters,
+                          "files": total_files, "errors": problems}, indent=2))
     else:
         for prob in problems:
             print(prob["text"], file=sys.stderr)
         word = "error" if len(problems) == 1 else "errors"
         status = f"{len(problems)} {word}" if problems else "ok"
-        print(f"{status}: {total_apps} valid app(s) in {total_files} file(s)")
+        clusters = f" and {total_clusters} session cluster(s)" if total_clusters else ""
+        print(f"{status}: {total_apps} valid app(s){clusters} in {total_files} file(s)")
     return EXIT_ERROR if problems else EXIT_OK
 
 
@@ -785,16 +789,16 @@ def _specs_at(args: argparse.Namespace) -> tuple[LoadResult, str]:
 # ---------------------------------------------------------------------------------------------- schema
 
 
-def schema_json() -> str:
-    from reconciler.spec.schema import flinkapp_schema
+def schema_json(kind: str = "FlinkApp") -> str:
+    from reconciler.spec.schema import schema_of
 
-    return json.dumps(flinkapp_schema(), indent=2, sort_keys=False) + "\n"
+    return json.dumps(schema_of(kind), indent=2, sort_keys=False) + "\n"
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
     from reconciler.spec.reference import markdown
 
-    text = markdown() if args.reference else schema_json()
+    text = markdown() if args.reference else schema_json(args.kind)
     if args.out:
         args.out.write_text(text)
     else:

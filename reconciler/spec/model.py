@@ -454,6 +454,14 @@ class AppSpec(_Model):
         ChangeClass.IGNORE, "Self-healing: how long Flink may recover a failing job by itself before the "
         "reconciler repairs it.", default=RecoverySpec(),
     )
+    session_cluster: str | None = change(
+        ChangeClass.REDEPLOY,
+        "The FlinkSessionCluster (by metadata.name, in this repository) this app's job runs on, beside other "
+        "apps' jobs. Set, the app has no cluster of its own: its cluster fields (flinkVersion, image, runtime, "
+        "jobManager, taskManager, flinkConfiguration, podTemplate, highAvailability) are the session cluster's "
+        "and may not be set here.",
+        default=None,
+    )
 
     @field_validator("flink_configuration", mode="before")
     @classmethod
@@ -475,6 +483,14 @@ class AppSpec(_Model):
                                  f"at most {MAX_FLINK_KEY_LENGTH} characters)")
         return v
 
+    @field_validator("session_cluster")
+    @classmethod
+    def _session_cluster_name(cls, v: str | None) -> str | None:
+        if v is not None and not valid_name(v):
+            raise ValueError(f"{v!r} is not a session cluster name (a DNS-1123 label of at most {MAX_NAME_LENGTH} "
+                             "characters)")
+        return v
+
     @field_validator("upgrade")
     @classmethod
     def _rescale_needs_adaptive(cls, v: UpgradeSpec, info: ValidationInfo) -> UpgradeSpec:
@@ -490,7 +506,8 @@ class AppSpec(_Model):
         if self.job_manager.replicas > 1 and not self.high_availability.enabled:
             raise ValueError("jobManager.replicas > 1 needs highAvailability.enabled: true")
         slots = self.task_manager.replicas * self.task_manager.slots
-        if self.job.state is JobState.RUNNING and self.job.parallelism > slots:
+        # A session cluster's slots are shared by its jobs: spec/session.py checks them all together.
+        if self.session_cluster is None and self.job.state is JobState.RUNNING and self.job.parallelism > slots:
             raise ValueError(
                 f"job.parallelism ({self.job.parallelism}) exceeds the task slots of the cluster "
                 f"(taskManager.replicas {self.task_manager.replicas} x slots {self.task_manager.slots} = {slots})"
