@@ -207,7 +207,7 @@ def _parser() -> argparse.ArgumentParser:
     rd.add_argument("--cache-dir", type=Path, help="with --repo: " + _CACHE_HELP)
     rd.set_defaults(func=cmd_render)
 
-    s = sub.add_parser("schema", help="print the JSON Schema of a FlinkApp (or FlinkSessionCluster) spec")
+    s = sub.add_parser("schema", help="print the JSON Schema of a FlinkApp or FlinkSessionCluster")
     s.add_argument("--out", type=Path, help="write to this file (default: stdout)")
     s.add_argument("--kind", choices=("FlinkApp", "FlinkSessionCluster"), default="FlinkApp",
                    help="which kind's schema (default: FlinkApp)")

@@ -56,6 +56,7 @@ from reconciler.errors import SpecError
 from reconciler.spec.load import LoadResult, file_key
 from reconciler.spec.model import ChangeClass, Deadlines, DeletionPolicy, FlinkApp, JobState, UpgradeMode
 from reconciler.spec.model import ClusterStrategy as SpecClusterStrategy
+from reconciler.spec.session import session_generation
 
 CHECKPOINT_INTERVAL_KEY = "execution.checkpointing.interval"
 OFFLINE_JOB_ID = "<running job>"  # offline previews do not know the live job id
@@ -340,7 +341,10 @@ class _Ctx:
 
     @property
     def generation(self) -> str:
-        """The warm standby's cluster generation: deterministic, so a resumed step finds its cluster."""
+        """The warm standby's cluster generation: deterministic, so a resumed step finds its cluster. A session
+        cluster's comes from its spec, so every app it moves names the same new cluster."""
+        if self.desired.spec.session_cluster is not None:
+            return session_generation(self.desired)
         return self.job_id[:8]
 
     @property

@@ -191,6 +191,7 @@ class LoadResult:
     keep: Callable[[str], bool] | None = field(default=None, repr=False, compare=False)
     # FlinkSessionClusters by name. A session app in `apps` is already its effective app (spec/session.py).
     clusters: dict[str, LoadedCluster] = field(default_factory=dict)
+    session_names: dict[str, tuple[str, ...]] = field(default_factory=dict)  # cluster -> apps naming it
 
     @property
     def ok(self) -> bool:
@@ -281,11 +282,16 @@ def _combine(per_file: Mapping[str, FileResult], policy: SpecPolicy,
                                     line=p.line, field="metadata.name", app=name))
     clusters, cluster_errors = _clusters(seen_clusters, seen)
     errors.extend(cluster_errors)
+    session_names: dict[str, list[str]] = {}
+    for name, la in sorted(apps.items()):
+        if la.app.spec.session_cluster is not None:
+            session_names.setdefault(la.app.spec.session_cluster, []).append(name)
     apps, session_errors = resolve_sessions(apps, clusters)
     errors.extend(session_errors)
     return LoadResult(
         apps=apps,
         clusters=clusters,
+        session_names={c: tuple(n) for c, n in session_names.items()},
         errors=tuple(errors),
         files=frozenset(per_file),
         broken_files=frozenset(e.file for e in errors),
