@@ -386,6 +386,12 @@ class FlinkRestClient:
     def delete_jar(self, jar_id: str) -> None:
         self._request("DELETE", f"/jars/{jar_id}", ok_statuses=(404,))
 
+    def jars(self) -> dict[str, str]:
+        """The jars uploaded to this JobManager: id -> the file name they were uploaded under."""
+        body = self._json("GET", "/jars")
+        files = body.get("files") or []
+        return {str(f["id"]): str(f.get("name") or "") for f in files if isinstance(f, dict) and f.get("id")}
+
     def run_jar(
         self,
         jar_id: str,

@@ -102,6 +102,7 @@ class ClusterInfo:
     missing: tuple[str, ...] = ()
     # The runtime's own files/objects about this app cannot be read (phase UNKNOWN): what is wrong, what to do.
     unreadable: str | None = None
+    session: bool = False  # the cluster of a FlinkSessionCluster (live/session.py), not of one app
 
 
 class Runtime(Protocol):
@@ -192,4 +193,37 @@ class StandbyCapacity(Protocol):
     def standby_refusals(self, apps: list[FlinkApp]) -> dict[str, str]:
         """app name -> why a warm standby of it (at its desired spec) would not fit now; apps that fit are absent.
         Raises ObserveError when it cannot look."""
+        ...
+
+
+class JarApi(FlinkApi, Protocol):
+    """A JobManager's REST API with its jar store (a session cluster holds the jars of many apps)."""
+
+    def jars(self) -> dict[str, str]: ...
+    def delete_jar(self, jar_id: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class SessionGeneration:
+    """One running cluster of a session cluster: the live one, a standby, or the retired one a move left."""
+
+    slot: str  # cluster (live) | standby | retired
+    generation: str
+    config_key: str  # equal for clusters started from equal cluster specs (`SessionHost.config_key`)
+    cluster_id: str
+    client: JarApi
+
+
+@runtime_checkable
+class SessionHost(StandbyRuntime, Protocol):
+    """A runtime that can host FlinkSessionClusters (live/session.py puts the apps' jobs on them)."""
+
+    def session_generations(self, cluster: str) -> list[SessionGeneration]:
+        """The running clusters of session cluster `cluster`, the live one first."""
+        ...
+
+    def config_key(self, app: FlinkApp) -> str: ...
+
+    def job_storage(self, app: str) -> dict[str, str]:
+        """Job-level Flink configuration that keeps an app's checkpoints and savepoints in its own storage."""
         ...
