@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, TextIO
 from reconciler import __version__
 from reconciler.clock import SystemClock
 from reconciler.core import render
-from reconciler.core.observed import AppRecord, JobPhase, LiveApp
+from reconciler.core.observed import AppRecord, ClusterPhase, JobPhase, LiveApp
 from reconciler.core.plan import Plan
-from reconciler.core.planner import Policy, offline_input, plan
+from reconciler.core.planner import Policy, offline_input
 from reconciler.errors import ConfigError, ReconcilerError, SourceError, SpecError
 from reconciler.spec.load import LoadResult, load_dir
 from reconciler.spec.policy import SpecPolicy
@@ -331,6 +331,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.live:
         rec = _reconciler(_settings(args), report=False)
+        if args.allow_mass_delete:  # what `apply --allow-mass-delete` would do
+            rec.policy = dataclasses.replace(rec.policy, allow_mass_delete=True)
         rec.source.fetch()
         return _emit_plan(rec.plan(rec.source.resolve(args.head)), args)
 
@@ -345,8 +347,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     policy = Policy(prune=args.prune, allow_mass_delete=args.allow_mass_delete,
                     warm_standby=load_settings({}).runtime in ("local", "kubernetes"))
-    result = plan(offline_input(base_specs, head_specs, base_revision=base or "0" * 40, revision=head,
-                                now=SystemClock().now(), policy=policy))
+    from reconciler.core.session_planner import SessionLive, plan_with_sessions, sessions_from
+
+    inp = offline_input(base_specs, head_specs, base_revision=base or "0" * 40, revision=head,
+                        now=SystemClock().now(), policy=policy)
+    # a preview assumes the base revision's session clusters run (with the jobs of their apps), as it does apps
+    running = {c: SessionLive(phase=ClusterPhase.READY,
+                              jobs=dict.fromkeys(base_specs.session_names.get(c, ()), "RUNNING"))
+               for c in base_specs.clusters}
+    result = plan_with_sessions(inp, sessions_from(head_specs, running))
     return _emit_plan(result, args)
 
 
@@ -472,8 +481,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 def _status_rows(rec: Reconciler) -> list[dict[str, object]]:
     from reconciler.live.observe import observe
+    from reconciler.service.sessions import prepare_from_records
 
     records = rec.journal.records()
+    on = prepare_from_records(rec.runtime, {n: r.last_applied_spec for n, r in records.apps.items()})
     live = observe(rec.runtime, set(records.apps) | set(records.broken))
     rows: list[dict[str, object]] = []
     for name in sorted(set(records.apps) | set(live.apps) | set(records.broken)):
@@ -497,6 +508,7 @@ def _status_rows(rec: Reconciler) -> list[dict[str, object]]:
             "last_savepoint_at": sp.taken_at.isoformat() if sp else None,
             "outcome": r.last_outcome.value if r and r.last_outcome else None,
             "message": r.last_message if r else la.cluster_message,
+            **({"sessionCluster": on[name]} if name in on else {}),
         })
     return rows
 
@@ -522,6 +534,14 @@ def _print_status(rec: Reconciler) -> None:
     for r in rows:
         if r["outcome"] == "blocked" and r["applied"] is None and r["message"]:
             print(f"\n{r['app']}: {r['message']}")
+    from reconciler.service.sessions import cluster_lines
+
+    for c in cluster_lines(rec.runtime):
+        jobs = c["jobs"] if isinstance(c["jobs"], dict) else {}
+        many = f", {c['clusters']} clusters (a move in progress, or a job rolled back onto the old one)" if (
+            isinstance(c["clusters"], int) and c["clusters"] > 1) else ""
+        print(f"\nsession cluster {c['cluster']}: {c['state']}{many}; jobs: "
+              + (", ".join(f"{a} {s}" for a, s in sorted(jobs.items())) or "none"))
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -291,17 +291,23 @@ class FlinkRestClient:
 
     # -- savepoints and checkpoints -----------------------------------------------------------------
 
-    def trigger_savepoint(self, job_id: str, *, cancel_job: bool = False, trigger_id: str | None = None) -> str:
+    def trigger_savepoint(self, job_id: str, *, cancel_job: bool = False, trigger_id: str | None = None,
+                          target_directory: str | None = None) -> str:
         payload: dict[str, Any] = {"cancel-job": cancel_job, "formatType": "CANONICAL"}
         if trigger_id:
             payload["triggerId"] = trigger_id
+        if target_directory:  # else the cluster's execution.checkpointing.savepoint-dir
+            payload["target-directory"] = target_directory
         body = self._json("POST", f"/jobs/{job_id}/savepoints", job_id=job_id, payload=payload)
         return _request_id(body, self, f"/jobs/{job_id}/savepoints")
 
-    def stop_with_savepoint(self, job_id: str, *, drain: bool = False, trigger_id: str | None = None) -> str:
+    def stop_with_savepoint(self, job_id: str, *, drain: bool = False, trigger_id: str | None = None,
+                            target_directory: str | None = None) -> str:
         payload: dict[str, Any] = {"drain": drain, "formatType": "CANONICAL"}
         if trigger_id:
             payload["triggerId"] = trigger_id
+        if target_directory:
+            payload["targetDirectory"] = target_directory
         body = self._json("POST", f"/jobs/{job_id}/stop", job_id=job_id, payload=payload)
         return _request_id(body, self, f"/jobs/{job_id}/stop")
 

@@ -197,10 +197,15 @@ class StandbyCapacity(Protocol):
 
 
 class JarApi(FlinkApi, Protocol):
-    """A JobManager's REST API with its jar store (a session cluster holds the jars of many apps)."""
+    """A JobManager's REST API with its jar store (a session cluster holds the jars of many apps), and savepoints
+    into a directory of the caller's choice (each app's own, not the shared cluster's)."""
 
     def jars(self) -> dict[str, str]: ...
     def delete_jar(self, jar_id: str) -> None: ...
+    def trigger_savepoint(self, job_id: str, *, cancel_job: bool = False, trigger_id: str | None = None,
+                          target_directory: str | None = None) -> str: ...
+    def stop_with_savepoint(self, job_id: str, *, drain: bool = False, trigger_id: str | None = None,
+                            target_directory: str | None = None) -> str: ...
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ from reconciler.spec.session import cluster_app
 log = logging.getLogger(__name__)
 
 TERMINAL = frozenset({"CANCELED", "FINISHED", "FAILED", "SUSPENDED"})
+SAVEPOINT_DIR_KEY = "execution.checkpointing.savepoint-dir"
 
 
 def _live_jobs(client: FlinkApi) -> list[JobSummary]:
@@ -60,9 +61,10 @@ class SessionJobs:
     """One app's view of its session cluster's REST APIs: its own jobs only, wherever they run (during a move,
     on the old or the new cluster). Submits go to the live cluster."""
 
-    def __init__(self, app: str, generations: list[SessionGeneration]) -> None:
+    def __init__(self, app: str, generations: list[SessionGeneration], savepoint_dir: str | None = None) -> None:
         self.app = app
         self._gens = generations
+        self._savepoints = savepoint_dir  # the app's own: the cluster's default is shared by every app
 
     def _mine(self) -> list[tuple[SessionGeneration, JobSummary]]:
         return [(g, j) for g in self._gens for j in g.client.jobs() if is_job_of(j.job_id, self.app)]
@@ -83,10 +85,12 @@ class SessionJobs:
         return self._at(job_id).job(job_id)
 
     def trigger_savepoint(self, job_id: str, *, cancel_job: bool = False, trigger_id: str | None = None) -> str:
-        return self._at(job_id).trigger_savepoint(job_id, cancel_job=cancel_job, trigger_id=trigger_id)
+        return self._at(job_id).trigger_savepoint(job_id, cancel_job=cancel_job, trigger_id=trigger_id,
+                                                  target_directory=self._savepoints)
 
     def stop_with_savepoint(self, job_id: str, *, drain: bool = False, trigger_id: str | None = None) -> str:
-        return self._at(job_id).stop_with_savepoint(job_id, drain=drain, trigger_id=trigger_id)
+        return self._at(job_id).stop_with_savepoint(job_id, drain=drain, trigger_id=trigger_id,
+                                                    target_directory=self._savepoints)
 
     def savepoint_status(self, job_id: str, trigger_id: str) -> SavepointStatus:
         return self._at(job_id).savepoint_status(job_id, trigger_id)
@@ -297,7 +301,7 @@ class SessionRuntime:
         gens = self.host.session_generations(cluster)
         if not gens:
             raise ObserveError(f"app {app}: session cluster {cluster} does not run")
-        return SessionJobs(app, gens)
+        return SessionJobs(app, gens, self.host.job_storage(app).get(SAVEPOINT_DIR_KEY))
 
     def stored_snapshots(self, app: str) -> list[Checkpoint]:
         return self.host.stored_snapshots(app)

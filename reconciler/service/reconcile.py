@@ -360,6 +360,12 @@ class Reconciler:
         """Resume what a crash left, then plan `rev` (or take `saved`) and execute it."""
         with self._lock:
             executor = self._executor()
+            if self.runtime is not None:  # a resumed job on a session cluster must be found there
+                applied: dict[str, dict[str, object] | None] = {
+                    n: r.last_applied_spec for n, r in self.journal.records().apps.items()}
+                applied.update({n: inf.plan.desired or inf.plan.previous
+                                for n, inf in self.journal.all_inflight().items()})
+                sessions.prepare_from_records(self.runtime, applied)
             resumed = executor.resume_all()
             for name, res in resumed.items():
                 record = self.journal.record(name)  # a resumed execution belongs to the revision it began at

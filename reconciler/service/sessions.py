@@ -77,3 +77,34 @@ def _delete(runtime: Runtime, cp: ClusterPlan, deadline: float) -> str:
         return f"delete failed: {e}"
     log.info("session cluster %s deleted", cp.cluster)
     return "deleted"
+
+
+def prepare_from_records(runtime: Runtime | None, applied: Mapping[str, dict[str, object] | None]) -> dict[str, str]:
+    """`prepare` for a command without Git (status, history): which app runs where, by the specs on record.
+    Returns app -> session cluster."""
+    members: dict[str, str] = {}
+    for name, spec in applied.items():
+        inner = spec.get("spec") if isinstance(spec, dict) else None
+        cluster = inner.get("sessionCluster") if isinstance(inner, dict) else None
+        if isinstance(cluster, str):
+            members[name] = cluster
+    if isinstance(runtime, SessionRuntime):
+        runtime.set_sessions(members)
+    return members
+
+
+def cluster_lines(runtime: Runtime | None) -> list[dict[str, object]]:
+    """One row per running session cluster: its phase, its clusters and the apps whose jobs run on it."""
+    if not isinstance(runtime, SessionRuntime):
+        return []
+    rows: list[dict[str, object]] = []
+    for name, info in sorted(runtime.session_clusters().items()):
+        try:
+            jobs = runtime.cluster_jobs(name)
+            count = len(runtime.host.session_generations(name))
+        except ReconcilerError as e:
+            rows.append({"cluster": name, "state": "unknown", "clusters": None, "jobs": {}, "message": str(e)})
+            continue
+        rows.append({"cluster": name, "state": info.phase.value, "clusters": count, "jobs": jobs,
+                     "message": info.message})
+    return rows
