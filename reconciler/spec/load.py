@@ -169,6 +169,7 @@ class LoadedCluster:
     file: str
     doc_index: int
     line: int | None = None
+    slots_line: int | None = None  # where spec.taskManager is (a capacity refusal points there)
 
 
 @dataclass(frozen=True)
@@ -335,8 +336,7 @@ def resolve_sessions(apps: Mapping[str, LoadedApp], clusters: Mapping[str, Loade
         lc = clusters.get(wanted)
         if lc is None:
             errors.append(_session_error(la, f"names session cluster {wanted!r}, which no FlinkSessionCluster in "
-                                             "the repository defines (or its spec is invalid): the app is left as "
-                                             "it is"))
+                                             "the repository defines (or its spec is invalid)"))
         elif lc.cluster.metadata.namespace != la.app.metadata.namespace:
             errors.append(_session_error(la, f"runs on session cluster {wanted!r} of namespace "
                                              f"{lc.cluster.metadata.namespace!r} but is in namespace "
@@ -348,7 +348,8 @@ def resolve_sessions(apps: Mapping[str, LoadedApp], clusters: Mapping[str, Loade
         lc = clusters[cname]
         problem = capacity_problem(lc.cluster, [la.app for la in las])
         if problem is not None:
-            errors.append(SpecError(problem, file=lc.file, line=lc.line, field="spec.taskManager", app=cname))
+            errors.append(SpecError(problem, file=lc.file, line=lc.slots_line or lc.line, field="spec.taskManager",
+                                    app=cname))
             errors.extend(_session_error(la, problem) for la in las)
             continue
         for la in las:
@@ -477,7 +478,10 @@ def load_file_all(path: str, data: bytes | Unreadable, *, keep: Callable[[str], 
             continue
         if doc.get("kind") == SESSION_KIND:
             try:
-                clusters.append(LoadedCluster(FlinkSessionCluster.model_validate(doc), path, i, _doc_start(text, i)))
+                cluster = FlinkSessionCluster.model_validate(doc)
+                locator = locator or _Locator(text)
+                clusters.append(LoadedCluster(cluster, path, i, _doc_start(text, i),
+                                              locator.find(i, ("spec", "taskManager"))[0]))
             except RecursionError:
                 errors.append(SpecLimitError(f"nested more than {MAX_DEPTH} levels deep", file=path))
             except ValidationError as e:
