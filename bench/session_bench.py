@@ -233,6 +233,7 @@ class Bench:
         for app in moved:
             stop = next(t for t, j in stops if is_job_of(j, app))
             row["downtime"][app] = self.observer.wait_running(after[app]) - stop
+            row.setdefault("steps", {})[app] = {k: round(v, 3) for k, v in result.results[app].step_timings}
             assert after[app] != before[app] and self.restored_from_savepoint(after[app]), f"{variant}: {app}"
             plan = result.plan.app(app)
             want = "job-only" if variant == "job" else "warm-standby"

@@ -464,6 +464,16 @@ class LocalRuntime:
         """What tells the clusters of one session cluster apart: the config the JVMs were started with."""
         return cluster_config_hash(app, self.dist.version)
 
+    def jar_id(self, cluster: str, slot: str, jar: Path, *, deadline: float, again: bool = False) -> str:
+        """The jar's id on the cluster in `slot` of session cluster `cluster`: uploaded once per content (the same
+        record a standby's warm-up uploads it into, so the job graph it compiled is the submit's)."""
+        with self._lock(cluster, deadline):
+            rec = self.read_record(cluster, slot)
+            if rec is None:
+                raise PermanentStepError(f"session cluster {cluster} has no {slot} cluster")
+            _, jar_id = self._upload(rec, slot, self._client(rec.rest_url), jar, again=again)
+            return jar_id
+
     def job_storage(self, app: str) -> dict[str, str]:
         """Job configuration of an app's job on a session cluster: its checkpoints and savepoints in the app's
         own directories (where `stored_snapshots` looks), not the cluster's."""

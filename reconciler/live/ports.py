@@ -229,6 +229,11 @@ class SessionHost(StandbyRuntime, Protocol):
 
     def config_key(self, app: FlinkApp) -> str: ...
 
+    def jar_id(self, cluster: str, slot: str, jar: Path, *, deadline: float, again: bool = False) -> str:
+        """The jar's id on one cluster of session cluster `cluster`, uploaded once per content (`again`: the
+        upload is gone, upload it anew)."""
+        ...
+
     def job_storage(self, app: str) -> dict[str, str]:
         """Job-level Flink configuration that keeps an app's checkpoints and savepoints in its own storage."""
         ...

@@ -21,10 +21,7 @@ Which apps are on which session cluster comes from their specs (desired and as a
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import shutil
-import tempfile
 import threading
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -33,6 +30,7 @@ from typing import Any
 from reconciler.core.observed import Checkpoint, ClusterPhase
 from reconciler.core.plan import is_job_of
 from reconciler.errors import ObserveError, PermanentStepError, ReconcilerError
+from reconciler.live.flink import FlinkRestError
 from reconciler.live.ports import (
     CheckpointStats,
     ClusterInfo,
@@ -139,6 +137,11 @@ class SessionRuntime:
         self._members: dict[str, str] = {}  # app -> session cluster
         self._clusters: set[str] = set()  # session clusters named in Git or by an applied spec
         self._suspended: frozenset[str] = frozenset()
+        self._standby_locks: dict[str, threading.Lock] = {}
+
+    def _standby_lock(self, cluster: str) -> threading.Lock:
+        with self._lock:
+            return self._standby_locks.setdefault(cluster, threading.Lock())
 
     def set_sessions(self, members: Mapping[str, str], clusters: Collection[str] = (),
                      suspended: Collection[str] = ()) -> None:
@@ -264,8 +267,13 @@ class SessionRuntime:
             savepoint_path=restore_path, allow_non_restored_state=allow_non_restored_state,
             flink_configuration=self.host.job_storage(app.name),
         )
-        jar_id = upload_once(client, jar)
-        return client.run_jar(jar_id, **run)
+        jar_id = self.host.jar_id(cluster, target.slot, jar, deadline=deadline)
+        try:
+            return client.run_jar(jar_id, **run)
+        except FlinkRestError as e:  # the uploaded jar is gone (web.tmpdir cleaned, a pruned jar): upload again once
+            if not any("jar" in t.lower() and ("not exist" in t or "not found" in t) for t in e.errors):
+                raise
+        return client.run_jar(self.host.jar_id(cluster, target.slot, jar, deadline=deadline, again=True), **run)
 
     def delete_cluster(self, app: str, *, deadline: float) -> None:
         cluster = self.session_of(app)
@@ -286,10 +294,9 @@ class SessionRuntime:
             try:
                 if _live_jobs(g.client):
                     continue  # which jar a running job came from is not on record: keep them all while any run
-                for jar_id, name in g.client.jars().items():
-                    if name.startswith(JAR_PREFIX):
-                        g.client.delete_jar(jar_id)
-                        removed.append(jar_id)
+                for jar_id in g.client.jars():
+                    g.client.delete_jar(jar_id)  # a later submit uploads it again (`start_job`)
+                    removed.append(jar_id)
             except ReconcilerError as e:
                 log.info("session cluster %s: jars not pruned: %s", cluster, e)
         return removed
@@ -313,11 +320,13 @@ class SessionRuntime:
         cluster = self.session_of(app.name) or app.spec.session_cluster
         if cluster is None:
             return self.host.start_standby(app, generation=generation, deadline=deadline, jar=jar)
-        info = self.host.start_standby(cluster_app(cluster, app), generation=generation, deadline=deadline)
-        want = self.host.config_key(cluster_app(cluster, app))
-        target = next((g for g in self.host.session_generations(cluster) if g.config_key == want), None)
-        if target is not None and jar is not None and jar.is_file():
-            upload_once(target.client, jar)  # before the stop: out of the job's downtime
+        # The first app's move starts it, with the jar uploaded and its job graph compiled once before any stop
+        # (out of the downtime); the others find it running, and do not hold the cluster's lock for a warm-up
+        # while a job that already stopped waits to be promoted.
+        with self._standby_lock(cluster):  # the apps of one move run on threads: one starts it, the others find it
+            started = any(g.generation == generation for g in self.host.session_generations(cluster))
+            info = self.host.start_standby(cluster_app(cluster, app), generation=generation, deadline=deadline,
+                                           jar=None if started else jar)
         return ClusterInfo(app=app.name, phase=info.phase, rest_url=info.rest_url, message=info.message)
 
     def promote_standby(self, app: str, *, generation: str, deadline: float) -> None:
@@ -363,18 +372,3 @@ class SessionRuntime:
             return  # a job between its stop and its start: its rollback may need the old cluster
         self.host.delete_retired(cluster, deadline=deadline)
 
-
-JAR_PREFIX = "flink-reconciler-"
-
-
-def upload_once(client: JarApi, jar: Path) -> str:
-    """The jar's id on this cluster: uploaded once per content (its name carries its digest), found by name after."""
-    digest = hashlib.sha256(jar.read_bytes()).hexdigest()[:32]
-    name = f"{JAR_PREFIX}{digest}.jar"
-    for jar_id, found in client.jars().items():
-        if found == name:
-            return jar_id
-    with tempfile.TemporaryDirectory(prefix="flink-reconciler-jar-") as tmp:
-        copy = Path(tmp) / name
-        shutil.copyfile(jar, copy)
-        return client.upload_jar(copy)

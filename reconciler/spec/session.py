@@ -23,7 +23,6 @@ from reconciler.spec.model import (
     FlinkApp,
     HighAvailability,
     JobManagerSpec,
-    JobSpec,
     JobState,
     Metadata,
     RuntimeHints,
@@ -143,11 +142,12 @@ def session_generation(app: FlinkApp) -> str:
 
 def cluster_app(name: str, member: FlinkApp) -> FlinkApp:
     """The stand-in FlinkApp a runtime provisions session cluster `name` from: the cluster fields of `member`
-    (an effective app on it), no job of its own, labelled as a session cluster."""
+    (an effective app on it), labelled as a session cluster. Its job is `member`'s, suspended: a standby's warm-up
+    compiles that job's graph before the stop, and no slots are claimed for it."""
     meta = Metadata(name=name, namespace=member.metadata.namespace, labels={SESSION_LABEL: "true"})
     spec = AppSpec.model_validate({
         **{f: getattr(member.spec, f) for f in CLUSTER_FIELDS},
-        "job": JobSpec(jar_uri="session-cluster.jar", state=JobState.SUSPENDED),
+        "job": member.spec.job.model_copy(update={"state": JobState.SUSPENDED}),
     })
     return FlinkApp(api_version="flink-reconciler.io/v1alpha1", kind="FlinkApp", metadata=meta, spec=spec)
 
