@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, TextIO
 from reconciler import __version__
 from reconciler.clock import SystemClock
 from reconciler.core import render
-from reconciler.core.observed import AppRecord, JobPhase, LiveApp
+from reconciler.core.observed import AppRecord, ClusterPhase, JobPhase, LiveApp
 from reconciler.core.plan import Plan
-from reconciler.core.planner import Policy, offline_input, plan
+from reconciler.core.planner import Policy, offline_input
 from reconciler.errors import ConfigError, ReconcilerError, SourceError, SpecError
 from reconciler.spec.load import LoadResult, load_dir
 from reconciler.spec.policy import SpecPolicy
@@ -226,8 +226,10 @@ def _parser() -> argparse.ArgumentParser:
     rd.add_argument("--cache-dir", type=Path, help="with --repo: " + _CACHE_HELP)
     rd.set_defaults(func=cmd_render)
 
-    s = sub.add_parser("schema", help="print the JSON Schema of a FlinkApp spec")
+    s = sub.add_parser("schema", help="print the JSON Schema of a FlinkApp or FlinkSessionCluster")
     s.add_argument("--out", type=Path, help="write to this file (default: stdout)")
+    s.add_argument("--kind", choices=("FlinkApp", "FlinkSessionCluster"), default="FlinkApp",
+                   help="which kind's schema (default: FlinkApp)")
     s.add_argument("--reference", action="store_true",
                    help="the Markdown field reference instead (default: the JSON Schema)")
     s.set_defaults(func=cmd_schema)
@@ -302,7 +304,7 @@ def _spec_policy() -> SpecPolicy:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    total_apps = total_files = 0
+    total_apps = total_files = total_clusters = 0
     problems: list[dict[str, object]] = []
     for raw in args.paths:
         root = Path(raw)
@@ -315,19 +317,21 @@ def cmd_validate(args: argparse.Namespace) -> int:
         runtime_errors = _runtime_errors(result, args.runtime)
         total_apps += len(result.apps) - len({e.app for e in runtime_errors})
         total_files += len(result.files)
+        total_clusters += len(result.clusters)
         for e in (*result.errors, *runtime_errors):
             problems.append({"file": str(prefix / e.file), "line": e.line, "column": e.column,
                              "field": e.field, "app": e.app, "message": e.message,
                              "text": f"{prefix / e.location()}: {e.message}"})
     if args.output == "json":
-        print(json.dumps({"ok": not problems, "apps": total_apps, "files": total_files, "errors": problems},
-                         indent=2))
+        print(json.dumps({"ok": not problems, "apps": total_apps, "sessionClusters": total_clusters,
+                          "files": total_files, "errors": problems}, indent=2))
     else:
         for prob in problems:
             print(prob["text"], file=sys.stderr)
         word = "error" if len(problems) == 1 else "errors"
         status = f"{len(problems)} {word}" if problems else "ok"
-        print(f"{status}: {total_apps} valid app(s) in {total_files} file(s)")
+        clusters = f" and {total_clusters} session cluster(s)" if total_clusters else ""
+        print(f"{status}: {total_apps} valid app(s){clusters} in {total_files} file(s)")
     return EXIT_ERROR if problems else EXIT_OK
 
 
@@ -361,6 +365,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.live:
         rec = _reconciler(_settings(args), report=False)
+        if args.allow_mass_delete:  # what `apply --allow-mass-delete` would do
+            rec.policy = dataclasses.replace(rec.policy, allow_mass_delete=True)
         rec.source.fetch()
         return _emit_plan(rec.plan(rec.source.resolve(args.head)), args)
 
@@ -375,8 +381,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     policy = Policy(prune=args.prune, allow_mass_delete=args.allow_mass_delete,
                     warm_standby=load_settings({}).runtime in ("local", "kubernetes"))
-    result = plan(offline_input(base_specs, head_specs, base_revision=base or "0" * 40, revision=head,
-                                now=SystemClock().now(), policy=policy))
+    from reconciler.core.session_planner import SessionLive, plan_with_sessions, sessions_from
+
+    inp = offline_input(base_specs, head_specs, base_revision=base or "0" * 40, revision=head,
+                        now=SystemClock().now(), policy=policy)
+    # a preview assumes the base revision's session clusters run (with the jobs of their apps), as it does apps
+    running = {c: SessionLive(phase=ClusterPhase.READY,
+                              jobs=dict.fromkeys(base_specs.session_names.get(c, ()), "RUNNING"))
+               for c in base_specs.clusters}
+    result = plan_with_sessions(inp, sessions_from(head_specs, running))
     return _emit_plan(result, args)
 
 
@@ -502,8 +515,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 def _status_rows(rec: Reconciler) -> list[dict[str, object]]:
     from reconciler.live.observe import observe
+    from reconciler.service.sessions import prepare_from_records
 
     records = rec.journal.records()
+    on = prepare_from_records(rec.runtime, {n: r.last_applied_spec for n, r in records.apps.items()})
     live = observe(rec.runtime, set(records.apps) | set(records.broken))
     rows: list[dict[str, object]] = []
     for name in sorted(set(records.apps) | set(live.apps) | set(records.broken)):
@@ -527,6 +542,7 @@ def _status_rows(rec: Reconciler) -> list[dict[str, object]]:
             "last_savepoint_at": sp.taken_at.isoformat() if sp else None,
             "outcome": r.last_outcome.value if r and r.last_outcome else None,
             "message": r.last_message if r else la.cluster_message,
+            **({"sessionCluster": on[name]} if name in on else {}),
         })
     return rows
 
@@ -552,6 +568,14 @@ def _print_status(rec: Reconciler) -> None:
     for r in rows:
         if r["outcome"] == "blocked" and r["applied"] is None and r["message"]:
             print(f"\n{r['app']}: {r['message']}")
+    from reconciler.service.sessions import cluster_lines
+
+    for c in cluster_lines(rec.runtime):
+        jobs = c["jobs"] if isinstance(c["jobs"], dict) else {}
+        many = f", {c['clusters']} clusters (a move in progress, or a job rolled back onto the old one)" if (
+            isinstance(c["clusters"], int) and c["clusters"] > 1) else ""
+        print(f"\nsession cluster {c['cluster']}: {c['state']}{many}; jobs: "
+              + (", ".join(f"{a} {s}" for a, s in sorted(jobs.items())) or "none"))
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -906,10 +930,10 @@ def _specs_at(args: argparse.Namespace) -> tuple[LoadResult, str]:
 # ---------------------------------------------------------------------------------------------- schema
 
 
-def schema_json() -> str:
-    from reconciler.spec.schema import flinkapp_schema
+def schema_json(kind: str = "FlinkApp") -> str:
+    from reconciler.spec.schema import schema_of
 
-    return json.dumps(flinkapp_schema(), indent=2, sort_keys=False) + "\n"
+    return json.dumps(schema_of(kind), indent=2, sort_keys=False) + "\n"
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -922,7 +946,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     from reconciler.spec.reference import markdown
 
-    text = markdown() if args.reference else schema_json()
+    text = markdown() if args.reference else schema_json(args.kind)
     if args.out:
         args.out.write_text(text)
     else:

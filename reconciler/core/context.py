@@ -29,6 +29,7 @@ from reconciler.core.plan import (
 )
 from reconciler.errors import SpecError
 from reconciler.spec.model import FlinkApp
+from reconciler.spec.session import session_generation
 
 CHECKPOINT_INTERVAL_KEY = "execution.checkpointing.interval"
 
@@ -114,7 +115,10 @@ class Ctx:
 
     @property
     def generation(self) -> str:
-        """The warm standby's cluster generation: deterministic, so a resumed step finds its cluster."""
+        """The warm standby's cluster generation: deterministic, so a resumed step finds its cluster. A session
+        cluster's comes from its spec, so every app it moves names the same new cluster."""
+        if self.desired.spec.session_cluster is not None:
+            return session_generation(self.desired)
         return self.job_id[:8]
 
     @property

@@ -119,6 +119,8 @@ class AwaitHealthy(_Step):
 
 class DeleteCluster(_Step):
     type: Literal["DeleteCluster"] = "DeleteCluster"
+    # A job on a session cluster: only the app's part goes (its jobs, its jars); the shared cluster stays.
+    session_cluster: str | None = None
 
 
 # Warm standby (a change that needs new JVMs, on a runtime that can run two clusters of one app): the
@@ -238,6 +240,8 @@ def describe_step(step: Step) -> str:
             return f"wait until job {job_id} is RUNNING with all tasks running"
         case AwaitHealthy(job_id=job_id):
             return f"wait until job {job_id} completes a checkpoint"
+        case DeleteCluster(session_cluster=str(session)):
+            return f"remove the app from session cluster {session} (the cluster keeps running its other jobs)"
         case DeleteCluster():
             return "delete the cluster"
         case ForgetApp():
@@ -317,6 +321,19 @@ class AppPlan(_Frozen):
         return self.action not in (Action.NOOP,)
 
 
+class ClusterPlan(_Frozen):
+    """What happens to one FlinkSessionCluster. Its jobs move in their apps' own plans (each its own journaled
+    transition); this entry says what that means for the cluster, and deletes it (after its apps, `--prune`)."""
+
+    cluster: str
+    action: Action
+    reason: str
+    apps: tuple[str, ...] = ()  # the apps whose jobs run on it (desired), or that still name it
+    risks: tuple[str, ...] = ()
+    steps: tuple[DeleteCluster, ...] = ()
+    source_file: str | None = None
+
+
 class Plan(_Frozen):
     format_version: Literal[1] = FORMAT_VERSION
     revision: str  # the Git revision whose specs this plan deploys
@@ -325,6 +342,7 @@ class Plan(_Frozen):
     live_fingerprint: str
     apps: tuple[AppPlan, ...] = ()
     guard: str | None = None  # set when the mass-deletion guard refused deletions
+    clusters: tuple[ClusterPlan, ...] = ()  # FlinkSessionClusters (core/session_planner.py)
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)
@@ -341,7 +359,8 @@ class Plan(_Frozen):
 
     @property
     def has_changes(self) -> bool:
-        return any(a.action is not Action.NOOP for a in self.apps)
+        return (any(a.action is not Action.NOOP for a in self.apps)
+                or any(c.action is not Action.NOOP for c in self.clusters))
 
     @property
     def has_errors(self) -> bool:
@@ -358,9 +377,19 @@ def reason_key(text: str) -> str:
 
 
 def deterministic_job_id(app: str, revision: str, attempt: int, purpose: str = "start") -> str:
-    """A Flink JobID (32 hex chars) that a retried submit reproduces, so it can never run twice."""
+    """A Flink JobID (32 hex chars) that a retried submit reproduces, so it can never run twice. It ends in the
+    app's tag, so the jobs of many apps on one session cluster are told apart (`is_job_of`)."""
     digest = hashlib.sha256(f"{app}\0{revision}\0{attempt}\0{purpose}".encode()).hexdigest()
-    return digest[:32]
+    return digest[:24] + app_tag(app)
+
+
+def app_tag(app: str) -> str:
+    return hashlib.sha256(f"app\0{app}".encode()).hexdigest()[:8]
+
+
+def is_job_of(job_id: str, app: str) -> bool:
+    """Whether `job_id` is one of `app`'s (every job id we submit ends in its app's tag)."""
+    return job_id.endswith(app_tag(app))
 
 
 def spec_hash(canonical: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from reconciler.core.plan import Action, AppPlan, FieldChange, Plan, describe_step
+from reconciler.core.plan import Action, AppPlan, ClusterPlan, FieldChange, Plan, describe_step
 
 _SYMBOL = {
     Action.CREATE: "+", Action.DELETE: "-", Action.NOOP: "=", Action.BLOCKED: "!", Action.ERROR: "x",
@@ -90,7 +90,24 @@ def to_text(plan: Plan, *, color: bool = False) -> str:
             lines.append(f"    if a step up to {(a.rollback_after or 0) + 1} fails, undo (the old job keeps running):")
             for i, s in enumerate(a.abort, 1):
                 lines.append(f"      u{i}. {describe_step(s)}")
+    for c in _sorted_clusters(plan):
+        sym = _SYMBOL.get(c.action, "~")
+        src = f"  {c.source_file}" if c.source_file else ""
+        lines.append(paint(_COLOR.get(sym, "0"), f"{sym} {c.cluster}: {c.action.value} (session cluster)")
+                     + paint("2", src))
+        lines.append(f"    {c.reason}")
+        for r in c.risks:
+            lines.append("    " + paint("31;1", "RISK: " + r))
+        if c.apps:
+            lines.append(f"    apps: {', '.join(c.apps)}")
+        for i, s in enumerate(c.steps, 1):
+            lines.append(f"    {i}. {describe_step(s)}, after its apps' steps  (deadline {s.deadline_s:g}s)")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _sorted_clusters(plan: Plan) -> list[ClusterPlan]:
+    rank = {a: i for i, a in enumerate(_ORDER)}
+    return sorted(plan.clusters, key=lambda c: (rank[c.action], c.cluster))
 
 
 def to_markdown(plan: Plan) -> str:
@@ -136,6 +153,11 @@ def to_markdown(plan: Plan) -> str:
         lines += ["</details>", ""]
     if unchanged:
         lines.append(f"Unchanged: {', '.join(f'`{n}`' for n in unchanged)}")
+    if plan.clusters:
+        lines += ["", "Session clusters:", ""]
+        lines += [f"- `{_SYMBOL.get(c.action, '~')}` **{c.cluster}**: {c.action.value} — {_md(c.reason)}"
+                  + (f" (apps: {', '.join(c.apps)})" if c.apps else "")
+                  + "".join(f" **RISK: {_md(r)}**" for r in c.risks) for c in _sorted_clusters(plan)]
     return "\n".join(lines).rstrip() + "\n"
 
 

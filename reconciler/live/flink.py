@@ -291,17 +291,23 @@ class FlinkRestClient:
 
     # -- savepoints and checkpoints -----------------------------------------------------------------
 
-    def trigger_savepoint(self, job_id: str, *, cancel_job: bool = False, trigger_id: str | None = None) -> str:
+    def trigger_savepoint(self, job_id: str, *, cancel_job: bool = False, trigger_id: str | None = None,
+                          target_directory: str | None = None) -> str:
         payload: dict[str, Any] = {"cancel-job": cancel_job, "formatType": "CANONICAL"}
         if trigger_id:
             payload["triggerId"] = trigger_id
+        if target_directory:  # else the cluster's execution.checkpointing.savepoint-dir
+            payload["target-directory"] = target_directory
         body = self._json("POST", f"/jobs/{job_id}/savepoints", job_id=job_id, payload=payload)
         return _request_id(body, self, f"/jobs/{job_id}/savepoints")
 
-    def stop_with_savepoint(self, job_id: str, *, drain: bool = False, trigger_id: str | None = None) -> str:
+    def stop_with_savepoint(self, job_id: str, *, drain: bool = False, trigger_id: str | None = None,
+                            target_directory: str | None = None) -> str:
         payload: dict[str, Any] = {"drain": drain, "formatType": "CANONICAL"}
         if trigger_id:
             payload["triggerId"] = trigger_id
+        if target_directory:
+            payload["targetDirectory"] = target_directory
         body = self._json("POST", f"/jobs/{job_id}/stop", job_id=job_id, payload=payload)
         return _request_id(body, self, f"/jobs/{job_id}/stop")
 
@@ -385,6 +391,12 @@ class FlinkRestClient:
 
     def delete_jar(self, jar_id: str) -> None:
         self._request("DELETE", f"/jars/{jar_id}", ok_statuses=(404,))
+
+    def jars(self) -> dict[str, str]:
+        """The jars uploaded to this JobManager: id -> the file name they were uploaded under."""
+        body = self._json("GET", "/jars")
+        files = body.get("files") or []
+        return {str(f["id"]): str(f.get("name") or "") for f in files if isinstance(f, dict) and f.get("id")}
 
     def run_jar(
         self,

@@ -517,6 +517,9 @@ def kubernetes_problems(app: FlinkApp) -> list[SpecProblem]:
     """Everything that keeps `app` from running on Kubernetes: durable-state problems and whatever else
     the renderer refuses (jar scheme, reserved Flink keys, memory sizes). Pure; empty when it may run."""
     problems = kubernetes_spec_problems(app)
+    if app.spec.session_cluster is not None:  # never its own cluster at the session cluster's spec, silently
+        problems.append(SpecProblem(("spec", "sessionCluster"), "session clusters run on the local runtime only so "
+                                    "far; on Kubernetes give the app its own cluster (remove spec.sessionCluster)"))
     try:
         _render(app, revision="check", job_id=None, restore_path=None)
     except RenderError as e:

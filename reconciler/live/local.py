@@ -79,8 +79,9 @@ from reconciler.live.local_config import (
     render_yaml,
     warmup_jar_name,
 )
-from reconciler.live.ports import ClusterInfo, ClusterOverview
+from reconciler.live.ports import ClusterInfo, ClusterOverview, SessionGeneration
 from reconciler.spec.model import FlinkApp
+from reconciler.spec.session import SESSION_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +160,7 @@ class LocalRuntime:
         if rec is None:
             return ClusterInfo(app=app, phase=ClusterPhase.ABSENT)
         info = ClusterInfo(app=app, phase=ClusterPhase.STARTING, rest_url=rec.rest_url, spec_hash=rec.spec_hash,
+                           session=rec.session,
                            **self._others(app, rec))
         if not self._alive(rec.jobmanager.pid, rec.marker):
             reason = self._exit_reason(rec, rec.jobmanager)
@@ -448,6 +450,42 @@ class LocalRuntime:
             if other is not None and other.cluster_id == live.cluster_id:
                 self.paths(app).slot(slot).unlink(missing_ok=True)
 
+    # -- session clusters (reconciler.live.session.SessionHost) ---------------------------------------
+
+    def session_generations(self, cluster: str) -> list[SessionGeneration]:
+        """Every cluster of session cluster `cluster` (live, standby, retired) whose JobManager runs."""
+        out: list[SessionGeneration] = []
+        for slot, rec in self.cluster_records(cluster).items():
+            if any(g.cluster_id == rec.cluster_id for g in out):
+                continue  # a copy a crash between two renames left (see _tidy)
+            if self._alive(rec.jobmanager.pid, rec.marker):
+                out.append(SessionGeneration(slot=slot, generation=rec.generation, config_key=rec.config_hash,
+                                             cluster_id=rec.cluster_id, client=self._client(rec.rest_url)))
+        return sorted(out, key=lambda g: SLOTS.index(g.slot))
+
+    def config_key(self, app: FlinkApp) -> str:
+        """What tells the clusters of one session cluster apart: the config the JVMs were started with."""
+        return cluster_config_hash(app, self.dist.version)
+
+    def jar_id(self, cluster: str, slot: str, jar: Path, *, deadline: float, again: bool = False) -> str:
+        """The jar's id on the cluster in `slot` of session cluster `cluster`: uploaded once per content (the same
+        record a standby's warm-up uploads it into, so the job graph it compiled is the submit's)."""
+        with self._lock(cluster, deadline):
+            rec = self.read_record(cluster, slot)
+            if rec is None:
+                raise PermanentStepError(f"session cluster {cluster} has no {slot} cluster")
+            _, jar_id = self._upload(rec, slot, self._client(rec.rest_url), jar, again=again)
+            return jar_id
+
+    def job_storage(self, app: str) -> dict[str, str]:
+        """Job configuration of an app's job on a session cluster: its checkpoints and savepoints in the app's
+        own directories (where `stored_snapshots` looks), not the cluster's."""
+        p = self.paths(app)
+        for d in (p.checkpoints, p.savepoints):
+            d.mkdir(parents=True, exist_ok=True)
+        return {"execution.checkpointing.dir": p.checkpoints.resolve().as_uri(),
+                "execution.checkpointing.savepoint-dir": p.savepoints.resolve().as_uri()}
+
     def flink(self, app: str) -> FlinkRestClient:
         rec = self.read_record(app)
         if rec is None:
@@ -536,6 +574,7 @@ class LocalRuntime:
             replicas=app.spec.task_manager.replicas,
             slots=app.spec.task_manager.slots,
             jobmanager=ProcRecord(role="jobmanager", index=0, pid=0, started_at=self.clock.now()),
+            session=app.metadata.labels.get(SESSION_LABEL) == "true",
         )
         user = app.spec.flink_configuration
         jm = self._spawn(rec, "jobmanager", 0, jm_mem, user)

@@ -326,6 +326,7 @@ class ClusterRecord(BaseModel):
     jobmanager: ProcRecord
     taskmanagers: tuple[ProcRecord, ...] = ()
     jars: dict[str, str] = {}  # sha256 of a jar -> its id on this cluster
+    session: bool = False  # a FlinkSessionCluster's (spec/session.py): shared by the jobs of several apps
 
     @property
     def rest_url(self) -> str:

@@ -106,6 +106,7 @@ class ClusterInfo:
     ha_job_id: str | None = None
     # The runtime's own files/objects about this app cannot be read (phase UNKNOWN): what is wrong, what to do.
     unreadable: str | None = None
+    session: bool = False  # the cluster of a FlinkSessionCluster (live/session.py), not of one app
 
 
 class Runtime(Protocol):
@@ -230,4 +231,44 @@ class OperatorTakeover(Protocol):
 
     def savepoint_storage_problem(self, deployment: dict[str, Any], uri: str) -> str | None:
         """Why `uri` (its savepoint directory) would not outlive the FlinkDeployment's pods; None when durable."""
+class JarApi(FlinkApi, Protocol):
+    """A JobManager's REST API with its jar store (a session cluster holds the jars of many apps), and savepoints
+    into a directory of the caller's choice (each app's own, not the shared cluster's)."""
+
+    def jars(self) -> dict[str, str]: ...
+    def delete_jar(self, jar_id: str) -> None: ...
+    def trigger_savepoint(self, job_id: str, *, cancel_job: bool = False, trigger_id: str | None = None,
+                          target_directory: str | None = None) -> str: ...
+    def stop_with_savepoint(self, job_id: str, *, drain: bool = False, trigger_id: str | None = None,
+                            target_directory: str | None = None) -> str: ...
+
+
+@dataclass(frozen=True)
+class SessionGeneration:
+    """One running cluster of a session cluster: the live one, a standby, or the retired one a move left."""
+
+    slot: str  # cluster (live) | standby | retired
+    generation: str
+    config_key: str  # equal for clusters started from equal cluster specs (`SessionHost.config_key`)
+    cluster_id: str
+    client: JarApi
+
+
+@runtime_checkable
+class SessionHost(StandbyRuntime, Protocol):
+    """A runtime that can host FlinkSessionClusters (live/session.py puts the apps' jobs on them)."""
+
+    def session_generations(self, cluster: str) -> list[SessionGeneration]:
+        """The running clusters of session cluster `cluster`, the live one first."""
+        ...
+
+    def config_key(self, app: FlinkApp) -> str: ...
+
+    def jar_id(self, cluster: str, slot: str, jar: Path, *, deadline: float, again: bool = False) -> str:
+        """The jar's id on one cluster of session cluster `cluster`, uploaded once per content (`again`: the
+        upload is gone, upload it anew)."""
+        ...
+
+    def job_storage(self, app: str) -> dict[str, str]:
+        """Job-level Flink configuration that keeps an app's checkpoints and savepoints in its own storage."""
         ...

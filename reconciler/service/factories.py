@@ -39,8 +39,10 @@ def make_runtime(settings: Settings, clock: Clock) -> Runtime | None:
         return None
     if settings.runtime == "local":
         from reconciler.live.local import LocalRuntime
+        from reconciler.live.session import SessionRuntime
 
-        return LocalRuntime(settings.state_dir, clock=clock)
+        # FlinkSessionClusters: session apps' jobs on shared clusters, every other app as before
+        return SessionRuntime(LocalRuntime(settings.state_dir, clock=clock))
     import os
 
     from reconciler.live.k8s_runtime import KubernetesRuntime

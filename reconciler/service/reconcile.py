@@ -26,7 +26,8 @@ from reconciler.apply.journal import Journal, broken_reason
 from reconciler.clock import Clock
 from reconciler.core.observed import AppRecord, ClusterPhase, JobPhase, LiveState, Outcome, Records, SavepointRecord
 from reconciler.core.plan import Action, AppPlan, Plan, reason_key
-from reconciler.core.planner import ADOPTED_RUNNING, Desired, PlanInput, Policy, desired_from, plan
+from reconciler.core.planner import ADOPTED_RUNNING, Desired, PlanInput, Policy, desired_from
+from reconciler.core.session_planner import plan_with_sessions
 from reconciler.errors import ConfigError, ObserveError, PlanStaleError, ReconcilerError, SpecError
 from reconciler.live.artifacts import resolve_jar
 from reconciler.live.observe import observe, with_operator_deployments
@@ -34,6 +35,7 @@ from reconciler.live.ports import Runtime, StandbyCapacity, StandbyRuntime
 from reconciler.logs import log_context
 from reconciler.report.reporter import Reporter
 from reconciler.report.status import LINEAGE_PREFIX, CommitStatus
+from reconciler.service import sessions
 from reconciler.service.ports import APP_STATES, PassMetrics
 from reconciler.service.sharding import Shard, shard_view
 from reconciler.settings import redact_url
@@ -260,6 +262,7 @@ class Reconciler:
                                                          f"error(s), first: {first['loc']}: {first['msg']})")
         if unusable:
             records = records.model_copy(update={"broken": {**records.broken, **unusable}})
+        sessions.prepare(self.runtime, loaded, previous)  # which app runs on which session cluster
         names = set(loaded.apps) | set(previous) | {e.app for e in loaded.errors if e.app} | set(records.broken)
         if only is not None:
             names &= set(only)
@@ -325,7 +328,12 @@ class Reconciler:
             return {}
 
     def plan(self, rev: str, *, only: Collection[str] | None = None) -> Plan:
-        return plan(self.plan_input(rev, only=only), only=only)
+        return self._plan(rev, only=only)
+
+    def _plan(self, rev: str, *, only: Collection[str] | None = None, track_health: bool = False) -> Plan:
+        """The plan of `rev`, session clusters included (core/session_planner.py)."""
+        inp = self.plan_input(rev, only=only, track_health=track_health)
+        return plan_with_sessions(inp, sessions.observe(self.runtime, self.load(rev)), only=only)
 
     def runtime_problems(self, loaded: LoadResult) -> tuple[SpecError, ...]:
         """What the runtime refuses to run, as errors of those apps (an ERROR action: never destructive),
@@ -358,6 +366,12 @@ class Reconciler:
         """Resume what a crash left, then plan `rev` (or take `saved`) and execute it."""
         with self._lock:
             executor = self._executor()
+            if self.runtime is not None:  # a resumed job on a session cluster must be found there
+                applied: dict[str, dict[str, object] | None] = {
+                    n: r.last_applied_spec for n, r in self.journal.records().apps.items()}
+                applied.update({n: inf.plan.desired or inf.plan.previous
+                                for n, inf in self.journal.all_inflight().items()})
+                sessions.prepare_from_records(self.runtime, applied)
             resumed = executor.resume_all()
             for name, res in resumed.items():
                 record = self.journal.record(name)  # a resumed execution belongs to the revision it began at
@@ -366,7 +380,7 @@ class Reconciler:
                 the_plan = self._check_saved(saved)
             else:
                 assert rev is not None
-                the_plan = plan(self.plan_input(rev, only=only, track_health=self.runtime is not None), only=only)
+                the_plan = self._plan(rev, only=only, track_health=self.runtime is not None)
             if self.leader is not None and not self.leader():
                 log.warning("lost the lease while planning %s: nothing executed", the_plan.revision[:12])
                 return PassResult(the_plan.revision, the_plan, {}, resumed)
@@ -381,6 +395,9 @@ class Reconciler:
             for res in results.values():
                 if res.app not in resumed:
                     self._report_result(the_plan.revision, res)
+            if the_plan.clusters:  # session clusters go after their apps (their jobs' final savepoints)
+                sessions.run_clusters(self.runtime, the_plan, {n: r.outcome for n, r in results.items()},
+                                      deadline=self.clock.monotonic() + 120.0)
             self._after_run(the_plan, results)
             self._track_states(the_plan, {**resumed, **results}, full=only is None)
             return PassResult(the_plan.revision, the_plan, results, resumed)

@@ -40,6 +40,13 @@ from reconciler.errors import SpecError, SpecLimitError
 from reconciler.spec.model import API_VERSION, KIND, FlinkApp, valid_name
 from reconciler.spec.policy import SpecPolicy, violations
 from reconciler.spec.prescan import declared_name
+from reconciler.spec.session import (
+    SESSION_KIND,
+    FlinkSessionCluster,
+    capacity_problem,
+    cluster_fields_given,
+    effective_app,
+)
 
 MAX_FILE_BYTES = 1 << 20  # a spec is a few KiB; anything near this is a mistake or an attack
 MAX_DOCUMENTS = 1000
@@ -154,12 +161,25 @@ class LoadedApp:
     file: str
     doc_index: int
     line: int | None = None  # where the document starts
+    session_line: int | None = None  # where spec.sessionCluster is (a session app)
+
+
+@dataclass(frozen=True)
+class LoadedCluster:
+    """A FlinkSessionCluster document (spec/session.py)."""
+
+    cluster: FlinkSessionCluster
+    file: str
+    doc_index: int
+    line: int | None = None
+    slots_line: int | None = None  # where spec.taskManager is (a capacity refusal points there)
 
 
 @dataclass(frozen=True)
 class FileResult:
     apps: tuple[LoadedApp, ...] = ()
     errors: tuple[SpecError, ...] = ()
+    clusters: tuple[LoadedCluster, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -173,6 +193,9 @@ class LoadResult:
     # Which app names are kept (a shard's): the others are dropped as each file is parsed, so a shard never
     # holds the whole repository's specs at once. None: all.
     keep: Callable[[str], bool] | None = field(default=None, repr=False, compare=False)
+    # FlinkSessionClusters by name. A session app in `apps` is already its effective app (spec/session.py).
+    clusters: dict[str, LoadedCluster] = field(default_factory=dict)
+    session_names: dict[str, tuple[str, ...]] = field(default_factory=dict)  # cluster -> apps naming it
 
     @property
     def ok(self) -> bool:
@@ -206,8 +229,8 @@ def load_files(files: Mapping[str, bytes | Unreadable], *, policy: SpecPolicy = 
 
 def _file_result(path: str, data: bytes | Unreadable, policy: SpecPolicy,
                  keep: Callable[[str], bool] | None = None, parse: bool = False) -> FileResult:
-    loaded, errors = load_file(path, data, keep=keep, parse=parse)
-    if not loaded and not errors:
+    loaded, clusters, errors = load_file_all(path, data, keep=keep, parse=parse)
+    if not loaded and not errors and not clusters:
         return _NOTHING  # e.g. another shard's file: most files of a sharded repository
     apps = []
     for la in loaded:
@@ -216,7 +239,7 @@ def _file_result(path: str, data: bytes | Unreadable, policy: SpecPolicy,
             apps.append(la)
         for field_path, message in refused:
             errors.append(SpecError(message, file=path, line=la.line, field=field_path, app=la.app.name))
-    return FileResult(tuple(apps), tuple(_attributed(e, path) for e in errors))
+    return FileResult(tuple(apps), tuple(_attributed(e, path) for e in errors), tuple(clusters))
 
 
 _NOTHING = FileResult()
@@ -229,7 +252,8 @@ def _only(fr: FileResult, keep: Callable[[str], bool] | None) -> FileResult:
     errors = tuple(e for e in fr.errors if e.app is None or not valid_name(e.app) or keep(e.app))
     if len(apps) == len(fr.apps) and len(errors) == len(fr.errors):
         return fr
-    return FileResult(apps, errors) if apps or errors else _NOTHING
+    # Session clusters are kept by every shard: the apps on them may belong to any shard.
+    return FileResult(apps, errors, fr.clusters) if apps or errors or fr.clusters else _NOTHING
 
 
 def _attributed(e: SpecError, path: str) -> SpecError:
@@ -242,22 +266,36 @@ def _combine(per_file: Mapping[str, FileResult], policy: SpecPolicy,
              keep: Callable[[str], bool] | None = None) -> LoadResult:
     errors: list[SpecError] = []
     seen: dict[str, list[LoadedApp]] = {}
+    seen_clusters: dict[str, list[LoadedCluster]] = {}
     for path in sorted(per_file):
         fr = per_file[path]
         errors.extend(fr.errors)
         for la in fr.apps:
             seen.setdefault(la.app.name, []).append(la)
+        for lc in fr.clusters:
+            seen_clusters.setdefault(lc.cluster.name, []).append(lc)
     apps: dict[str, LoadedApp] = {}
     for name, places in seen.items():
-        if len(places) == 1:
+        if len(places) == 1 and name not in seen_clusters:
             apps[name] = places[0]
             continue
-        where = ", ".join(f"{p.file} (document {p.doc_index + 1})" for p in places)
+        where = ", ".join(f"{p.file} (document {p.doc_index + 1})" for p in
+                          [*places, *seen_clusters.get(name, ())])
         for p in places:
             errors.append(SpecError(f"duplicate app name {name!r}: defined in {where}", file=p.file,
                                     line=p.line, field="metadata.name", app=name))
+    clusters, cluster_errors = _clusters(seen_clusters, seen)
+    errors.extend(cluster_errors)
+    session_names: dict[str, list[str]] = {}
+    for name, la in sorted(apps.items()):
+        if la.app.spec.session_cluster is not None:
+            session_names.setdefault(la.app.spec.session_cluster, []).append(name)
+    apps, session_errors = resolve_sessions(apps, clusters)
+    errors.extend(session_errors)
     return LoadResult(
         apps=apps,
+        clusters=clusters,
+        session_names={c: tuple(n) for c, n in session_names.items()},
         errors=tuple(errors),
         files=frozenset(per_file),
         broken_files=frozenset(e.file for e in errors),
@@ -265,6 +303,67 @@ def _combine(per_file: Mapping[str, FileResult], policy: SpecPolicy,
         policy=policy,
         keep=keep,
     )
+
+
+def _clusters(seen: Mapping[str, list[LoadedCluster]], apps: Mapping[str, list[LoadedApp]]
+              ) -> tuple[dict[str, LoadedCluster], list[SpecError]]:
+    """Session clusters by name: a name defined twice (as two clusters, or as a cluster and an app) is an error
+    of each copy; the apps are named by the app duplicate check."""
+    out: dict[str, LoadedCluster] = {}
+    errors: list[SpecError] = []
+    for name, places in seen.items():
+        if len(places) == 1 and name not in apps:
+            out[name] = places[0]
+            continue
+        where = ", ".join(f"{p.file} (document {p.doc_index + 1})" for p in [*places, *apps.get(name, ())])
+        for p in places:
+            errors.append(SpecError(f"duplicate name {name!r}: apps and session clusters share one namespace of "
+                                    f"names; defined in {where}", file=p.file, line=p.line, field="metadata.name",
+                                    app=name))
+    return out, errors
+
+
+def resolve_sessions(apps: Mapping[str, LoadedApp], clusters: Mapping[str, LoadedCluster]
+                     ) -> tuple[dict[str, LoadedApp], list[SpecError]]:
+    """Each session app becomes its effective app (its job on its session cluster's fields), or an error of its
+    own when the cluster is not in the repository, sits in another namespace, or has too few task slots for the
+    running jobs of all its apps (an error never acts: every app on that cluster is left as it is)."""
+    out: dict[str, LoadedApp] = {}
+    errors: list[SpecError] = []
+    members: dict[str, list[LoadedApp]] = {}
+    for name, la in apps.items():
+        wanted = la.app.spec.session_cluster
+        if wanted is None:
+            out[name] = la
+            continue
+        lc = clusters.get(wanted)
+        if lc is None:
+            errors.append(_session_error(la, f"names session cluster {wanted!r}, which no FlinkSessionCluster in "
+                                             "the repository defines (or its spec is invalid)"))
+        elif lc.cluster.metadata.namespace != la.app.metadata.namespace:
+            errors.append(_session_error(la, f"runs on session cluster {wanted!r} of namespace "
+                                             f"{lc.cluster.metadata.namespace!r} but is in namespace "
+                                             f"{la.app.metadata.namespace!r}: an app's job runs in its cluster's "
+                                             "namespace, set metadata.namespace to it"))
+        else:
+            members.setdefault(wanted, []).append(la)
+    for cname, las in sorted(members.items()):
+        lc = clusters[cname]
+        problem = capacity_problem(lc.cluster, [la.app for la in las])
+        if problem is not None:
+            errors.append(SpecError(problem, file=lc.file, line=lc.slots_line or lc.line, field="spec.taskManager",
+                                    app=cname))
+            errors.extend(_session_error(la, problem) for la in las)
+            continue
+        for la in las:
+            out[la.app.name] = LoadedApp(effective_app(la.app, lc.cluster), la.file, la.doc_index, la.line,
+                                         la.session_line)
+    return out, errors
+
+
+def _session_error(la: LoadedApp, message: str) -> SpecError:
+    return SpecError(message, file=la.file, line=la.session_line or la.line, field="spec.sessionCluster",
+                     app=la.app.name)
 
 
 def load_dir(root: Path, subdir: str = "", *, policy: SpecPolicy = SpecPolicy.RESTRICTED) -> LoadResult:
@@ -319,39 +418,47 @@ def _read_one(path: Path) -> bytes | Unreadable:
 
 def load_file(path: str, data: bytes | Unreadable, *, keep: Callable[[str], bool] | None = None,
               parse: bool = False) -> tuple[list[LoadedApp], list[SpecError]]:
-    """The apps and errors of one file. `keep` (a shard's): a document whose metadata.name is a valid app
-    name `keep` refuses is not validated at all (its app and its errors would be dropped anyway); a
+    """The apps and errors of one file (see `load_file_all`)."""
+    apps, _, errors = load_file_all(path, data, keep=keep, parse=parse)
+    return apps, errors
+
+
+def load_file_all(path: str, data: bytes | Unreadable, *, keep: Callable[[str], bool] | None = None,
+                  parse: bool = False) -> tuple[list[LoadedApp], list[LoadedCluster], list[SpecError]]:
+    """The apps, session clusters and errors of one file. `keep` (a shard's): a document whose metadata.name is a
+    valid app name `keep` refuses is not validated at all (its app and its errors would be dropped anyway); a
     document without a readable name is validated, so its errors reach every shard. A file whose lines
     name such an app (spec/prescan.py: exact where it answers) is not even parsed, unless `parse`."""
     if isinstance(data, Unreadable):
-        return [], [SpecError(f"{data.reason}; its apps are left as they are", file=path)]
+        return [], [], [SpecError(f"{data.reason}; its apps are left as they are", file=path)]
     if len(data) > MAX_FILE_BYTES:
-        return [], [SpecLimitError(f"file is {len(data)} bytes; specs are limited to {MAX_FILE_BYTES}",
+        return [], [], [SpecLimitError(f"file is {len(data)} bytes; specs are limited to {MAX_FILE_BYTES}",
                                    file=path)]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        return [], [SpecError(f"not UTF-8 text ({e.reason} at byte {e.start})", file=path)]
+        return [], [], [SpecError(f"not UTF-8 text ({e.reason} at byte {e.start})", file=path)]
     if keep is not None and not parse and (name := plain_name(text)) is not None and not keep(name):
-        return [], []  # another shard's app
+        return [], [], []  # another shard's app
     try:
         docs = _parse_docs(text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
-        return [], [SpecError(f"invalid YAML: {e.problem or e.context}", file=path,
+        return [], [], [SpecError(f"invalid YAML: {e.problem or e.context}", file=path,
                               line=mark.line + 1 if mark else None, column=mark.column + 1 if mark else None)]
     except yaml.YAMLError as e:
-        return [], [SpecError(f"invalid YAML: {e}", file=path)]
+        return [], [], [SpecError(f"invalid YAML: {e}", file=path)]
     except SpecLimitError as e:
-        return [], [SpecLimitError(e.message, file=path)]
+        return [], [], [SpecLimitError(e.message, file=path)]
     except RecursionError:
-        return [], [SpecLimitError(f"nested more than {MAX_DEPTH} levels deep", file=path)]
+        return [], [], [SpecLimitError(f"nested more than {MAX_DEPTH} levels deep", file=path)]
     except ValueError as e:  # e.g. an integer of more digits than Python converts
-        return [], [SpecError(f"invalid YAML: {e}", file=path)]
+        return [], [], [SpecError(f"invalid YAML: {e}", file=path)]
     if all(doc is None for doc, _ in docs):
-        return [], [SpecError("holds no FlinkApp (the file is empty, only comments, or null); delete the "
+        return [], [], [SpecError("holds no FlinkApp (the file is empty, only comments, or null); delete the "
                               "file to remove its apps", file=path)]
     apps: list[LoadedApp] = []
+    clusters: list[LoadedCluster] = []
     errors: list[SpecError] = []
     locator: _Locator | None = None
     for i, (doc, within_limits) in enumerate(docs):
@@ -372,14 +479,41 @@ def load_file(path: str, data: bytes | Unreadable, *, keep: Callable[[str], bool
             errors.append(SpecError(header[1], file=path, line=line, column=col, field=header[0] or None,
                                     app=_doc_name(doc)))
             continue
+        if doc.get("kind") == SESSION_KIND:
+            try:
+                cluster = FlinkSessionCluster.model_validate(doc)
+                locator = locator or _Locator(text)
+                clusters.append(LoadedCluster(cluster, path, i, _doc_start(text, i),
+                                              locator.find(i, ("spec", "taskManager"))[0]))
+            except RecursionError:
+                errors.append(SpecLimitError(f"nested more than {MAX_DEPTH} levels deep", file=path))
+            except ValidationError as e:
+                locator = locator or _Locator(text)
+                errors.extend(_spec_errors(e, path, i, doc, locator, model=FlinkSessionCluster))
+            continue
         try:
-            apps.append(LoadedApp(_shared_field_sets(FlinkApp.model_validate(doc)), path, i, _doc_start(text, i)))
+            app = _shared_field_sets(FlinkApp.model_validate(doc))
         except RecursionError:
             errors.append(SpecLimitError(f"nested more than {MAX_DEPTH} levels deep", file=path))
+            continue
         except ValidationError as e:
             locator = locator or _Locator(text)
             errors.extend(_spec_errors(e, path, i, doc, locator))
-    return apps, errors
+            continue
+        if app.spec.session_cluster is None:
+            apps.append(LoadedApp(app, path, i, _doc_start(text, i)))
+            continue
+        locator = locator or _Locator(text)
+        refused = cluster_fields_given(doc)
+        for key in refused:
+            line, col = locator.find(i, ("spec", key))
+            errors.append(SpecError(f"{key} belongs to the session cluster: app {app.name!r} runs on session cluster "
+                                    f"{app.spec.session_cluster!r} (spec.sessionCluster), so set it there, or remove "
+                                    "spec.sessionCluster to give the app its own cluster", file=path, line=line,
+                                    column=col, field=f"spec.{key}", app=app.name))
+        if not refused:
+            apps.append(LoadedApp(app, path, i, _doc_start(text, i), locator.find(i, ("spec", "sessionCluster"))[0]))
+    return apps, clusters, errors
 
 
 def plain_name(text: str) -> str | None:
@@ -542,30 +676,33 @@ def _header_error(doc: Any) -> tuple[str, str] | None:
     """One clear error for a document that is not a FlinkApp at all, instead of dozens of field errors."""
     if not isinstance(doc, dict):
         return "", f"a FlinkApp document must be a mapping, got {type(doc).__name__}"
-    for key, want in (("apiVersion", API_VERSION), ("kind", KIND)):
-        if doc.get(key) != want:
-            got = "missing" if key not in doc else repr(doc.get(key))
-            return key, f"{key} must be {want!r} (got {got})"
+    if doc.get("apiVersion") != API_VERSION:
+        got = "missing" if "apiVersion" not in doc else repr(doc.get("apiVersion"))
+        return "apiVersion", f"apiVersion must be {API_VERSION!r} (got {got})"
+    if doc.get("kind") not in (KIND, SESSION_KIND):
+        got = "missing" if "kind" not in doc else repr(doc.get("kind"))
+        return "kind", f"kind must be {KIND!r} or {SESSION_KIND!r} (got {got})"
     return None
 
 
 def _spec_errors(
-    err: ValidationError, path: str, doc_index: int, doc: Any, locator: _Locator
+    err: ValidationError, path: str, doc_index: int, doc: Any, locator: _Locator, *,
+    model: type[BaseModel] = FlinkApp,
 ) -> list[SpecError]:
     app = _doc_name(doc)
     out = []
     for e in err.errors():
         loc = tuple(e["loc"])
-        msg = _message(e, loc)
+        msg = _message(e, loc, model)
         line, col = locator.find(doc_index, loc)
         out.append(SpecError(msg, file=path, line=line, column=col, field=_dotted(loc) or None, app=app))
     return out
 
 
-def _message(e: Any, loc: tuple[Any, ...]) -> str:
+def _message(e: Any, loc: tuple[Any, ...], model: type[BaseModel] = FlinkApp) -> str:
     kind = e["type"]
     if kind == "extra_forbidden":
-        hint = _did_you_mean(loc)
+        hint = _did_you_mean(loc, model)
         return f"unknown field {loc[-1]!r}" + (f" (did you mean {hint!r}?)" if hint else "")
     if kind == "missing":
         return f"required field {loc[-1]!r} is missing"
@@ -573,8 +710,8 @@ def _message(e: Any, loc: tuple[Any, ...]) -> str:
     return msg.removeprefix("Value error, ")
 
 
-def _did_you_mean(loc: tuple[Any, ...]) -> str | None:
-    model: type[BaseModel] | None = FlinkApp
+def _did_you_mean(loc: tuple[Any, ...], root: type[BaseModel] = FlinkApp) -> str | None:
+    model: type[BaseModel] | None = root
     for part in loc[:-1]:
         if model is None or isinstance(part, int):
             continue

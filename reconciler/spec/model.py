@@ -485,6 +485,14 @@ class AppSpec(_Model):
         "(docs/migrate-from-flink-operator.md).", default=None,
         exclude_if=lambda v: v is None,  # unset, it is no part of the canonical form: every app's hash stays as it was
     )
+    session_cluster: str | None = change(
+        ChangeClass.REDEPLOY,
+        "The FlinkSessionCluster (by metadata.name, in this repository) this app's job runs on, beside other "
+        "apps' jobs. Set, the app has no cluster of its own: its cluster fields (flinkVersion, image, runtime, "
+        "jobManager, taskManager, flinkConfiguration, podTemplate, highAvailability) are the session cluster's "
+        "and may not be set here.",
+        default=None, exclude_if=lambda v: v is None,  # unset: every other app's hash stays as it was
+    )
 
     @field_validator("flink_configuration", mode="before")
     @classmethod
@@ -506,6 +514,14 @@ class AppSpec(_Model):
                                  f"at most {MAX_FLINK_KEY_LENGTH} characters)")
         return v
 
+    @field_validator("session_cluster")
+    @classmethod
+    def _session_cluster_name(cls, v: str | None) -> str | None:
+        if v is not None and not valid_name(v):
+            raise ValueError(f"{v!r} is not a session cluster name (a DNS-1123 label of at most {MAX_NAME_LENGTH} "
+                             "characters)")
+        return v
+
     @field_validator("upgrade")
     @classmethod
     def _rescale_needs_adaptive(cls, v: UpgradeSpec, info: ValidationInfo) -> UpgradeSpec:
@@ -521,7 +537,8 @@ class AppSpec(_Model):
         if self.job_manager.replicas > 1 and not self.high_availability.enabled:
             raise ValueError("jobManager.replicas > 1 needs highAvailability.enabled: true")
         slots = self.task_manager.replicas * self.task_manager.slots
-        if self.job.state is JobState.RUNNING and self.job.parallelism > slots:
+        # A session cluster's slots are shared by its jobs: spec/session.py checks them all together.
+        if self.session_cluster is None and self.job.state is JobState.RUNNING and self.job.parallelism > slots:
             raise ValueError(
                 f"job.parallelism ({self.job.parallelism}) exceeds the task slots of the cluster "
                 f"(taskManager.replicas {self.task_manager.replicas} x slots {self.task_manager.slots} = {slots})"

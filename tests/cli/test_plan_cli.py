@@ -104,7 +104,7 @@ def test_plan_out_file_round_trips(repo: tuple[Repo, str, str], tmp_path: Path,
 def test_validate_examples_and_a_broken_copy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     examples = Path(__file__).parents[2] / "examples-repo"
     code, out, _ = run(capsys, "validate", str(examples))
-    assert code == 0 and out.strip() == "ok: 5 valid app(s) in 5 file(s)"
+    assert code == 0 and out.strip() == "ok: 7 valid app(s) and 1 session cluster(s) in 8 file(s)"
     broken = tmp_path / "broken"
     (broken / "apps").mkdir(parents=True)
     text = (examples / "apps" / "orders.yaml").read_text().replace("upgradeMode: savepoint", "upgradeMode: safe")

@@ -28,8 +28,9 @@ spec:
 def test_examples_repo_is_valid() -> None:
     result = load_dir(Path(__file__).parents[2] / "examples-repo")
     assert result.errors == ()
-    # counter is the Kubernetes example (examples-repo/k8s/)
-    assert set(result.apps) == {"orders", "clicks", "sampler", "archive", "counter"}
+    # counter is the Kubernetes example (examples-repo/k8s/), tallies and metering share a session cluster
+    assert set(result.apps) == {"orders", "clicks", "sampler", "archive", "counter", "tallies", "metering"}
+    assert set(result.clusters) == {"shared"}  # examples-repo/sessions/
     modes = {a.app.spec.job.upgrade_mode.value for a in result.apps.values()}
     assert modes == {"savepoint", "last-state", "stateless"}
 
