@@ -18,20 +18,8 @@ for arg in "$@"; do
   esac
 done
 
-# Two workers: every test that starts real Flink JVMs runs in one of them (one xdist group: module-scoped clusters
-# start once, and two Flink clusters never compete for the 2 cores), the other takes the rest of the suite.
-# PYTEST_WORKERS=0 (or the caller's own -n / -p no:xdist) runs it in one process.
-par=()
-workers="${PYTEST_WORKERS:-2}"
-if [ "$workers" != 0 ] && .venv/bin/python -c 'import xdist' 2>/dev/null; then
-  par=(-n "$workers" --dist loadgroup)
-  for arg in "$@"; do
-    case "$arg" in -n|-n*|--numprocesses*|no:xdist) par=() ;; esac
-  done
-fi
-
 set +e
-.venv/bin/python -m pytest "${par[@]}" "$@"
+.venv/bin/python -m pytest "$@"
 rc=$?
 set -e
 # pytest exits 5 when it collected nothing. A filter that matches nothing is the caller's business;
