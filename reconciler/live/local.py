@@ -626,7 +626,7 @@ class LocalRuntime:
                     f"app {rec.app}: JobManager exited while starting: {self._exit_reason(rec, rec.jobmanager)}"
                 )
             for t in rec.taskmanagers:
-                if not self._alive(t.pid, rec.marker):
+                if not self._alive(t.pid, rec.marker) and not self._execing(t.pid):
                     raise RuntimeProvisionError(
                         f"app {rec.app}: {t.name} exited while starting: {self._exit_reason(rec, t)}"
                     )
@@ -729,15 +729,25 @@ class LocalRuntime:
         if pid <= 0:
             return False
         child = self._children.get(pid)
-        if child is not None:
-            # Our own child: alive until it exits. Its cmdline carries the marker only once exec has run, which on a
-            # loaded machine is a while after spawning (a TaskManager just restarted looked "gone while starting").
-            return child.poll() is None
+        if child is not None and child.poll() is not None:
+            return False
         try:
             args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             return False
         return marker.encode() in args  # a zombie's cmdline is empty
+
+    def _execing(self, pid: int) -> bool:
+        """A child we just spawned that has not exec'ed yet: its command line carries the cluster's marker only
+        after exec, which on a loaded machine is a while after the fork (a restarted TaskManager looked "gone while
+        starting" in a soak). It is ours and has not exited."""
+        child = self._children.get(pid)
+        if child is None or child.poll() is not None:
+            return False
+        try:
+            return self.java.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            return False
 
     def _stop_procs(self, rec: ClusterRecord, procs: list[ProcRecord], deadline: float) -> None:
         """SIGTERM, then SIGKILL after the grace period (or at the deadline). Only our own PIDs."""
