@@ -37,23 +37,35 @@ MAX_SKEW = 0.1
 
 @dataclass(frozen=True)
 class VertexMetrics:
-    """One job vertex at one moment, aggregated over its subtasks (Flink's `subtasks/metrics?agg=`)."""
+    """One job vertex at one moment, summed over its subtasks by Flink (`subtasks/metrics?agg=sum`).
+
+    The counters (`accumulate*TimeMs`, `numRecordsIn/Out`) are what a decision uses: the difference between
+    two samples is the exact average over the time between them, whatever the window. Flink's own per-second
+    gauges (busyTimeMsPerSecond, numRecordsInPerSecond, ...) are moving averages over a fixed minute that lag
+    a change; they are kept for showing the moment."""
 
     vertex_id: str
     name: str
     parallelism: int
     max_parallelism: int
     inputs: tuple[str, ...]  # upstream vertex ids; none: a source
-    busy_ms: float  # busyTimeMsPerSecond, average over subtasks
-    backpressured_ms: float  # backPressuredTimeMsPerSecond, average
-    idle_ms: float  # idleTimeMsPerSecond, average
-    records_in: float  # numRecordsInPerSecond, sum over subtasks
-    records_out: float  # numRecordsOutPerSecond, sum
-    pending: float | None = None  # pendingRecords (sources whose connector reports lag), sum
+    busy_total_ms: float  # accumulateBusyTimeMs
+    backpressured_total_ms: float  # accumulateBackPressuredTimeMs
+    idle_total_ms: float  # accumulateIdleTimeMs
+    records_in_total: float  # numRecordsIn
+    records_out_total: float  # numRecordsOut
+    pending: float | None = None  # pendingRecords (sources whose connector reports lag)
+    busy_ms_per_s: float | None = None  # busyTimeMsPerSecond, average over subtasks (the moment)
+    backpressured_ms_per_s: float | None = None  # backPressuredTimeMsPerSecond, average
 
     @property
     def is_source(self) -> bool:
         return not self.inputs
+
+    def went_back_from(self, earlier: VertexMetrics) -> bool:
+        """A counter lower than before: the tasks restarted (a rescale, a failover) and counted from zero."""
+        return (self.records_in_total < earlier.records_in_total or self.records_out_total < earlier.records_out_total
+                or self.busy_total_ms < earlier.busy_total_ms)
 
 
 @dataclass(frozen=True)
@@ -200,29 +212,33 @@ def _why_wait(spec: AutoscaleSpec, inp: Inputs, samples: Sequence[Sample]) -> st
                 f"({', '.join(off[:3])}): a rescale is in progress")
     since = inp.last_change_at + spec.stabilisation if inp.last_change_at else None
     after = [s for s in samples if s.job_id == last.job_id and (since is None or s.at >= since) and not s.missing]
-    if not after or inp.now - after[0].at < spec.window:
+    # Only samples since the tasks last (re)started: their counters count from there.
+    for i in range(len(after) - 1, 0, -1):
+        if _restarted(after[i - 1], after[i]):
+            after = after[i:]
+            break
+    if len(after) < 2 or inp.now - after[0].at < spec.window:
         have = inp.now - after[0].at if after else timedelta(0)
         return (f"collecting metrics: {have.total_seconds():.0f}s of the {spec.window.total_seconds():.0f}s window "
                 "(spec.autoscale.window)")
-    usable = [s for s in after if s.at >= inp.now - spec.window]
-    return usable or [after[-1]]
+    start = max((s for s in after if s.at <= inp.now - spec.window), key=lambda s: s.at, default=after[0])
+    return [s for s in after if s.at >= start.at]
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
+def _restarted(a: Sample, b: Sample) -> bool:
+    before = {v.vertex_id: v for v in a.vertices}
+    return any(v.vertex_id in before and v.went_back_from(before[v.vertex_id]) for v in b.vertices)
 
 
 def _advise(spec: AutoscaleSpec, inp: Inputs, samples: Sequence[Sample]) -> tuple[VertexAdvice, ...]:
+    first = {v.vertex_id: v for v in samples[0].vertices}
     latest = samples[-1].vertices
     by_id = {v.vertex_id: v for v in latest}
-    series: dict[str, list[VertexMetrics]] = {v.vertex_id: [] for v in latest}
-    for s in samples:
-        for v in s.vertices:
-            if v.vertex_id in series:
-                series[v.vertex_id].append(v)
+    seconds = max((samples[-1].at - samples[0].at).total_seconds(), 1e-9)
 
-    def avg(vid: str, attr: str) -> float:
-        return _mean([float(getattr(v, attr)) for v in series[vid]])
+    def rate(v: VertexMetrics, attr: str) -> float:
+        before = first.get(v.vertex_id)
+        return max(0.0, float(getattr(v, attr)) - float(getattr(before, attr))) / seconds if before else 0.0
 
     targets: dict[str, float] = {}  # records/s a vertex must take in
     outputs: dict[str, float] = {}  # records/s it then emits
@@ -231,13 +247,11 @@ def _advise(spec: AutoscaleSpec, inp: Inputs, samples: Sequence[Sample]) -> tupl
         if vid in outputs:
             return outputs[vid]
         v = by_id[vid]
-        rin, rout = avg(vid, "records_in"), avg(vid, "records_out")
+        rin, rout = rate(v, "records_in_total"), rate(v, "records_out_total")
         if v.is_source:
-            lag = v.pending
-            tin = rout + ((lag or 0.0) / spec.catch_up_duration.total_seconds()
-                          if lag and spec.catch_up_duration.total_seconds() > 0 else 0.0)
-            targets[vid] = tin
-            outputs[vid] = tin
+            catch_up = spec.catch_up_duration.total_seconds()
+            tin = rout + (v.pending / catch_up if v.pending and catch_up > 0 else 0.0)
+            targets[vid] = outputs[vid] = tin
             return tin
         tin = sum(target_out(u, seen | {vid}) for u in v.inputs if u in by_id and u not in seen)
         targets[vid] = tin
@@ -247,8 +261,8 @@ def _advise(spec: AutoscaleSpec, inp: Inputs, samples: Sequence[Sample]) -> tupl
     out: list[VertexAdvice] = []
     for v in latest:
         target_out(v.vertex_id, frozenset())
-        rin, rout = avg(v.vertex_id, "records_in"), avg(v.vertex_id, "records_out")
-        busy = avg(v.vertex_id, "busy_ms") / 1000.0
+        rin, rout = rate(v, "records_in_total"), rate(v, "records_out_total")
+        busy = rate(v, "busy_total_ms") / 1000.0 / max(v.parallelism, 1)
         processed = rout if v.is_source else rin
         true_rate = processed / v.parallelism / busy if busy >= MIN_BUSY and processed > 0 else None
         target = targets[v.vertex_id]
@@ -261,8 +275,8 @@ def _advise(spec: AutoscaleSpec, inp: Inputs, samples: Sequence[Sample]) -> tupl
             proposed, limit = _bound(proposed, spec, inp.slots, v.max_parallelism)
         out.append(VertexAdvice(
             vertex_id=v.vertex_id, name=v.name, current=v.parallelism, proposed=proposed, busy_pct=busy * 100,
-            backpressured_pct=avg(v.vertex_id, "backpressured_ms") / 10.0, records_in=rin, records_out=rout,
-            true_rate=true_rate, target_rate=target, lag=v.pending, limit=limit))
+            backpressured_pct=rate(v, "backpressured_total_ms") / 10.0 / max(v.parallelism, 1), records_in=rin,
+            records_out=rout, true_rate=true_rate, target_rate=target, lag=v.pending, limit=limit))
     return tuple(out)
 
 

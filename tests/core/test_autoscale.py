@@ -15,16 +15,20 @@ SPEC = AutoscaleSpec.model_validate({"mode": "commit", "targetUtilisation": 0.8,
                                      "stabilisation": "60s", "scaleDownDelay": "120s", "window": "30s"})
 
 
-def job(p: int, *, rate: float, busy: float, src_bp: float = 0.0, sink_busy: float | None = None,
-        lag: float | None = None, maxp: int = 128, missing: tuple[str, ...] = (), at: datetime = T0,
-        jid: str = "j1", count_p: int | None = None) -> Sample:
-    """source -> count: `rate` records/s flow; the count vertex is `busy` ms/s busy."""
+def job(p: int, *, rate: float, busy: float, src_bp: float = 0.0, lag: float | None = None, maxp: int = 128,
+        missing: tuple[str, ...] = (), at: datetime = T0, jid: str = "j1", count_p: int | None = None,
+        since: datetime = T0 - timedelta(seconds=100)) -> Sample:
+    """source -> count, running steadily since `since`: `rate` records/s flow; the count vertex is `busy` ms/s
+    busy per subtask, the source `src_bp` ms/s backpressured. The counters are what that adds up to at `at`."""
+    t = (at - since).total_seconds()
+    cp = count_p or p
     src = VertexMetrics(vertex_id="src", name="Source: generator", parallelism=p, max_parallelism=maxp, inputs=(),
-                        busy_ms=20.0, backpressured_ms=src_bp, idle_ms=980.0 - src_bp, records_in=0.0,
-                        records_out=rate, pending=lag)
-    cnt = VertexMetrics(vertex_id="cnt", name="count-per-key", parallelism=count_p or p, max_parallelism=maxp,
-                        inputs=("src",), busy_ms=busy if sink_busy is None else sink_busy, backpressured_ms=0.0,
-                        idle_ms=1000.0 - busy, records_in=rate, records_out=rate)
+                        busy_total_ms=20.0 * p * t, backpressured_total_ms=src_bp * p * t,
+                        idle_total_ms=(980.0 - src_bp) * p * t, records_in_total=0.0, records_out_total=rate * t,
+                        pending=lag)
+    cnt = VertexMetrics(vertex_id="cnt", name="count-per-key", parallelism=cp, max_parallelism=maxp,
+                        inputs=("src",), busy_total_ms=busy * cp * t, backpressured_total_ms=0.0,
+                        idle_total_ms=(1000.0 - busy) * cp * t, records_in_total=rate * t, records_out_total=rate * t)
     return Sample(at=at, job_id=jid, vertices=(src, cnt), missing=missing)
 
 
@@ -200,3 +204,11 @@ def test_bad_autoscale_values_name_their_field(body: str, field: str, words: str
     (err,) = result.errors
     assert err.field == field and err.file == "a.yaml" and err.line is not None and err.line >= 8
     assert words in err.message
+
+
+def test_counters_that_went_back_mean_restarted_tasks_and_start_the_window_again() -> None:
+    before = [job(1, at=T0 + timedelta(seconds=t), rate=100.0, busy=1000.0) for t in range(0, 21, 5)]
+    restarted = T0 + timedelta(seconds=25)  # the same job id (an in-place rescale restarts its tasks)
+    after = [job(1, at=T0 + timedelta(seconds=t), rate=100.0, busy=1000.0, since=restarted) for t in (30, 35, 40)]
+    a = decide(SPEC, inputs(1), [*before, *after])
+    assert a.verdict is Verdict.WAIT and "collecting metrics: 10s" in a.reason

@@ -34,7 +34,10 @@ import org.apache.flink.util.ParameterTool;
  *
  * <p>Args: {@code --output-dir DIR} (absolute, or relative to the TaskManager's working directory),
  * {@code --keys N} (default 4), {@code --rate R} records per second over all keys (default 100),
- * {@code --fail-above N} throws once a key's count would pass N (a job that crashes on every start).
+ * {@code --fail-above N} throws once a key's count would pass N (a job that crashes on every start),
+ * {@code --work-us N} costs N microseconds per record in the counting operator (default 0: an overloaded
+ * job for the autoscaler), spent busy-spinning on a core, or asleep with {@code --work-mode sleep} (the
+ * operator is just as busy to Flink's metrics, without taking a core from a shared machine).
  * Checkpointing is configured by the cluster, not here.
  */
 public final class CounterJob {
@@ -47,6 +50,14 @@ public final class CounterJob {
         int keys = params.getInt("keys", 4);
         double rate = params.getDouble("rate", 100.0);
         long failAbove = params.getLong("fail-above", Long.MAX_VALUE);
+        long workMicros = params.getLong("work-us", 0L);
+        String workMode = params.get("work-mode", "spin");
+        if (workMicros < 0) {
+            throw new IllegalArgumentException("--work-us must be >= 0, got " + workMicros);
+        }
+        if (!workMode.equals("spin") && !workMode.equals("sleep")) {
+            throw new IllegalArgumentException("--work-mode must be spin or sleep, got " + workMode);
+        }
         if (keys < 1) {
             throw new IllegalArgumentException("--keys must be >= 1, got " + keys);
         }
@@ -63,7 +74,7 @@ public final class CounterJob {
                 .uid("counter-source")
                 .name("generator")
                 .keyBy(new ByKey())
-                .process(new CountPerKey(failAbove))
+                .process(new CountPerKey(failAbove, workMicros * 1000L, workMode.equals("sleep")))
                 .uid("counter-count")
                 .name("count-per-key")
                 .sinkTo(new LatestCountSink(outputDir))
@@ -102,10 +113,33 @@ public final class CounterJob {
     static final class CountPerKey extends KeyedProcessFunction<String, String, Tuple2<String, Long>> {
         private static final long serialVersionUID = 1L;
         private final long failAbove;
+        private final long workNanos;
+        private final boolean sleep;
         private transient ValueState<Long> count;
 
-        CountPerKey(long failAbove) {
+        CountPerKey(long failAbove, long workNanos, boolean sleep) {
             this.failAbove = failAbove;
+            this.workNanos = workNanos;
+            this.sleep = sleep;
+        }
+
+        /** The configured cost of one record: wall-clock time, so the capacity per subtask is fixed. */
+        private void work() {
+            if (workNanos <= 0) {
+                return;
+            }
+            long end = System.nanoTime() + workNanos;
+            if (sleep) {
+                java.util.concurrent.locks.LockSupport.parkNanos(workNanos);
+                return;
+            }
+            long sink = 0;
+            while (System.nanoTime() < end) {
+                sink += sink * 31 + 7;  // keep the core busy
+            }
+            if (sink == 42) {
+                System.out.print("");
+            }
         }
 
         @Override
@@ -116,6 +150,7 @@ public final class CounterJob {
         @Override
         public void processElement(String key, Context ctx, Collector<Tuple2<String, Long>> out)
                 throws Exception {
+            work();
             Long current = count.value();
             long next = (current == null ? 0L : current) + 1L;
             if (next > failAbove) {  // a job that crashes on every start once its state is past a point
