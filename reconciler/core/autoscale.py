@@ -63,9 +63,9 @@ class VertexMetrics:
         return not self.inputs
 
     def went_back_from(self, earlier: VertexMetrics) -> bool:
-        """A counter lower than before: the tasks restarted (a rescale, a failover) and counted from zero."""
-        return (self.records_in_total < earlier.records_in_total or self.records_out_total < earlier.records_out_total
-                or self.busy_total_ms < earlier.busy_total_ms)
+        """A record counter lower than before: the tasks restarted (a rescale, a failover) and counted from zero.
+        (Not the time accumulators: a source's accumulateBusyTimeMs is derived, and wobbles down by itself.)"""
+        return self.records_in_total < earlier.records_in_total or self.records_out_total < earlier.records_out_total
 
 
 @dataclass(frozen=True)

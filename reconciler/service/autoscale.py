@@ -181,6 +181,9 @@ class Autoscaler:
                                      why_not_running=why, last_change_at=last_change, pending_change=pending,
                                      scale_down=state.scale_down), list(state.samples))
         state.scale_down = advice.scale_down
+        old = self.advice.get(name)
+        if old is None or (old.verdict, old.reason.split(":")[0]) != (advice.verdict, advice.reason.split(":")[0]):
+            log.info("%s: autoscale %s: %s", name, advice.verdict.value, advice.reason)
         self.advice[name] = advice
         if self.metrics is not None:
             self.metrics.set_autoscale(name, current=current, wanted=advice.wanted, verdict=advice.verdict.value)
