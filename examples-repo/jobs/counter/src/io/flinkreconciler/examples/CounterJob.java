@@ -6,6 +6,12 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardCopyOption;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionStage;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.OpenContext;
@@ -15,6 +21,7 @@ import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.connector.sink2.Sink;
 import org.apache.flink.api.connector.sink2.SinkWriter;
 import org.apache.flink.api.connector.sink2.WriterInitContext;
+import org.apache.flink.api.connector.source.util.ratelimit.RateLimiter;
 import org.apache.flink.api.connector.source.util.ratelimit.RateLimiterStrategy;
 import org.apache.flink.api.java.functions.KeySelector;
 import org.apache.flink.api.java.tuple.Tuple2;
@@ -35,6 +42,8 @@ import org.apache.flink.util.ParameterTool;
  * <p>Args: {@code --output-dir DIR} (absolute, or relative to the TaskManager's working directory),
  * {@code --keys N} (default 4), {@code --rate R} records per second over all keys (default 100),
  * {@code --fail-above N} throws once a key's count would pass N (a job that crashes on every start),
+ * {@code --rate-scope taskmanager} makes {@code --rate} the rate of all source subtasks of a TaskManager
+ * together, whatever the parallelism (default {@code job}: the generator's own limiter),
  * {@code --work-us N} costs N microseconds per record in the counting operator (default 0: an overloaded
  * job for the autoscaler), spent busy-spinning on a core, or asleep with {@code --work-mode sleep} (the
  * operator is just as busy to Flink's metrics, without taking a core from a shared machine).
@@ -52,6 +61,10 @@ public final class CounterJob {
         long failAbove = params.getLong("fail-above", Long.MAX_VALUE);
         long workMicros = params.getLong("work-us", 0L);
         String workMode = params.get("work-mode", "spin");
+        String rateScope = params.get("rate-scope", "job");
+        if (!rateScope.equals("job") && !rateScope.equals("taskmanager")) {
+            throw new IllegalArgumentException("--rate-scope must be job or taskmanager, got " + rateScope);
+        }
         if (workMicros < 0) {
             throw new IllegalArgumentException("--work-us must be >= 0, got " + workMicros);
         }
@@ -67,8 +80,10 @@ public final class CounterJob {
 
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
 
+        RateLimiterStrategy limit = rateScope.equals("job")
+                ? RateLimiterStrategy.perSecond(rate) : new SharedRate(rate);
         DataGeneratorSource<String> source = new DataGeneratorSource<>(
-                new KeyGenerator(keys), Long.MAX_VALUE, RateLimiterStrategy.perSecond(rate), Types.STRING);
+                new KeyGenerator(keys), Long.MAX_VALUE, limit, Types.STRING);
 
         env.fromSource(source, WatermarkStrategy.noWatermarks(), "generator")
                 .uid("counter-source")
@@ -82,6 +97,46 @@ public final class CounterJob {
                 .name("latest-count-files");
 
         env.execute("counter");
+    }
+
+    /**
+     * One rate for every source subtask of a TaskManager JVM together. The generator's own splits are fixed
+     * when the job first starts (one per subtask then): after an in-place rescale from 1 to 2 one subtask
+     * keeps the only split, and {@code perSecond} would give it half the rate. Waiting readers are idle
+     * (not busy) to Flink's metrics, as with {@code perSecond}.
+     */
+    static final class SharedRate implements RateLimiterStrategy {
+        private static final long serialVersionUID = 1L;
+        private static final AtomicLong NEXT = new AtomicLong(Long.MIN_VALUE);
+        private static final ScheduledExecutorService TIMER = Executors.newSingleThreadScheduledExecutor(r -> {
+            Thread t = new Thread(r, "counter-shared-rate");
+            t.setDaemon(true);
+            return t;
+        });
+        private final double rate;
+
+        SharedRate(double rate) {
+            this.rate = rate;
+        }
+
+        @Override
+        public RateLimiter createRateLimiter(int parallelism) {
+            long interval = (long) (1_000_000_000L / rate);
+            return new RateLimiter() {
+                @Override
+                public CompletionStage<Void> acquire(int events) {
+                    long now = System.nanoTime();
+                    long slot = NEXT.getAndAccumulate(now, (prev, t) -> Math.max(prev, t) + interval * events);
+                    long wait = Math.max(slot, now) - now;
+                    if (wait <= 0) {
+                        return CompletableFuture.completedFuture(null);
+                    }
+                    CompletableFuture<Void> done = new CompletableFuture<>();
+                    TIMER.schedule(() -> done.complete(null), wait, TimeUnit.NANOSECONDS);
+                    return done;
+                }
+            };
+        }
     }
 
     /** Maps the sequence number to one of N keys, round robin. */
