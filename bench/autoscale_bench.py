@@ -8,7 +8,8 @@ down once the lower parallelism has been called for for `--scale-down-delay`.
 
 Printed, from the outside only (the daemon's JSON log, origin's branch, Flink's REST API, the job's output):
 
-- detect: from the first advice with a full window to the scale decision (the daemon's log);
+- detect: from what calls for the change (the overloaded job running; the human's commit of a lower rate) to
+  the autoscaler's decision in the daemon's log: stabilisation, a full window and, down, the scaleDownDelay;
 - commit: from the decision to the autoscale commit on origin's main;
 - rescale: from the commit until every vertex of the same job runs at the new parallelism;
 - busy % of the counting vertex and backpressured % of the source before and after (Flink's accumulated
@@ -163,8 +164,6 @@ class Bench:
         committed = time.time()
         events = [e for e in self.log_events() if e[0] >= since]
         decided = next((t for t, m in events if f"autoscale scale-{'up' if to > frm else 'down'}:" in m), committed)
-        full = next((t for t, m in events if "collecting metrics" not in m and "stabilising" not in m
-                     and "not applied" not in m and "not running" not in m), decided)
         assert subject == f"autoscale({APP}): parallelism {frm} -> {to}", subject
         counts = self.counts()
 
@@ -182,7 +181,7 @@ class Bench:
         print(f"{self.t(decided)} {name}: decided ({subject}), commit {sha[:12]}", flush=True)
         print(f"{self.t(done)} {name}: the same job {job[:12]} runs at parallelism {to}: " + describe(after),
               flush=True)
-        return {"phase": name, "from": frm, "to": to, "commit": sha, "job": job, "detect_s": round(decided - full, 1),
+        return {"phase": name, "from": frm, "to": to, "commit": sha, "job": job, "detect_s": round(decided - since, 1),
                 "commit_s": round(committed - decided, 1), "rescale_s": round(done - committed, 1),
                 "busy_before": busiest(before), "busy_after": busiest(after),
                 "backpressured_before": source_bp(before), "backpressured_after": source_bp(after),
@@ -201,9 +200,10 @@ class Bench:
         self.daemon = DaemonProc.start(self.log_path, repo_url=str(self.repo.origin), state_dir=str(self.state),
                                        poll_interval=1, drift_interval=60)
         self.wait(lambda: len(self.counts()) == 64, 120, "the job to run")
+        running = time.time()
         print(f"{self.t()} the job runs at parallelism 1, fed {a.rate:g} records/s, {a.work_us} us per record "
               f"({a.work_mode})", flush=True)
-        up = self.phase("scale-up", 1, 2, self.t0)
+        up = self.phase("scale-up", 1, 2, running)
         # A human lowers the input rate in Git (an upgrade through a savepoint; the autoscaler stabilises after it).
         git(self.repo.work, "pull", "-q", "--rebase", "origin", "main")
         self.repo.write(f"apps/{APP}.yaml", app_yaml(a, rate=a.low_rate, parallelism=2))
