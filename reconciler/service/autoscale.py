@@ -51,6 +51,20 @@ GAUGES = ("busyTimeMsPerSecond", "backPressuredTimeMsPerSecond", "idleTimeMsPerS
 PENDING_SUFFIX = ".pendingRecords"
 STATUS_SUFFIX = "/autoscale"
 COMMIT_TRAILER = "Autoscaled-by: flink-reconciler"
+# Flink's REST API answers metrics from a store it refreshes from the TaskManagers at most every
+# metrics.fetcher.update-interval (10 s by default), fetching after a request: a sample may repeat the last one.
+FETCH_SLACK_S = 30.0
+
+
+def same_values(a: Sample, b: Sample) -> bool:
+    """Whether `b` repeats `a`'s numbers: Flink's metric store was not refreshed in between. Such a sample is
+    dropped, so every kept sample is a first sighting of fresh numbers and its time is close to theirs."""
+    if a.job_id != b.job_id or len(a.vertices) != len(b.vertices) or b.missing:
+        return False
+    return all((u.vertex_id, u.parallelism, u.busy_total_ms, u.idle_total_ms, u.records_in_total,
+                u.records_out_total) == (v.vertex_id, v.parallelism, v.busy_total_ms, v.idle_total_ms,
+                                         v.records_in_total, v.records_out_total)
+               for u, v in zip(a.vertices, b.vertices, strict=True))
 
 
 @dataclass(frozen=True)
@@ -171,7 +185,9 @@ class Autoscaler:
                     state.pending_names = names
                     smp, n = sample(flink, job_id, at=now, pending_names=names)
                     self._count(name, n)
-                    state.samples.append(smp)
+                    last = state.samples[-1] if state.samples else None
+                    if last is None or not same_values(last, smp):
+                        state.samples.append(smp)
             except (StepError, JobNotFoundError) as e:
                 running, why = False, f"its metrics cannot be read: {e}"
         keep = spec.window + spec.stabilisation + timedelta(minutes=1)
@@ -317,11 +333,14 @@ def advise_now(rec: Reconciler, app: str, *, seconds: float) -> Advice:
         raise PermanentStepError(f"no valid spec of app {app!r} at {head[:12]}")
     scaler = Autoscaler(rec)
     window = timedelta(seconds=seconds)
-    first = scaler.evaluate(la, rec.runtime, window=window)
-    if first.verdict is Verdict.WAIT and not scaler._apps[app].samples:
-        return first  # not running, not applied, or stabilising: sampling again says nothing more
-    rec.clock.sleep(seconds)
-    return scaler.evaluate(la, rec.runtime, window=window)
+    end = rec.clock.monotonic() + seconds + FETCH_SLACK_S
+    while True:
+        advice = scaler.evaluate(la, rec.runtime, window=window)
+        if not scaler._apps[app].samples and advice.verdict is Verdict.WAIT and "metrics" not in advice.reason:
+            return advice  # not running, not applied, or stabilising: sampling longer says nothing more
+        if advice.verdict is not Verdict.WAIT or "metrics" not in advice.reason or rec.clock.monotonic() >= end:
+            return advice
+        rec.clock.sleep(1.0)
 
 
 def autoscale_notes(rec: Reconciler, apps: dict[str, str]) -> dict[str, str]:

@@ -212,3 +212,13 @@ def test_counters_that_went_back_mean_restarted_tasks_and_start_the_window_again
     after = [job(1, at=T0 + timedelta(seconds=t), rate=100.0, busy=1000.0, since=restarted) for t in (30, 35, 40)]
     a = decide(SPEC, inputs(1), [*before, *after])
     assert a.verdict is Verdict.WAIT and "collecting metrics: 10s" in a.reason
+
+
+def test_a_sample_repeating_the_last_ones_numbers_is_not_fresh() -> None:
+    from reconciler.service.autoscale import same_values
+
+    a = job(1, at=T0, rate=100.0, busy=1000.0)
+    stale = Sample(at=T0 + timedelta(seconds=2), job_id=a.job_id, vertices=a.vertices)
+    fresh = job(1, at=T0 + timedelta(seconds=2), rate=100.0, busy=1000.0)
+    assert same_values(a, stale) and not same_values(a, fresh)
+    assert not same_values(a, Sample(at=stale.at, job_id="other", vertices=a.vertices))
