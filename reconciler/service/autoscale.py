@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import io
 import logging
-import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -129,7 +128,6 @@ class Autoscaler:
         self.metrics = metrics
         self.on_commit = on_commit
         self._apps: dict[str, _AppState] = {}
-        self._lock = threading.Lock()
         self.advice: dict[str, Advice] = {}
         self.requests: dict[str, int] = {}  # app -> REST requests made for autoscaling since start
 
