@@ -28,7 +28,7 @@ from enum import StrEnum
 
 from reconciler.spec.model import AutoscaleSpec
 
-# A vertex busy less than this share of the time says nothing reliable about its capacity.
+# A vertex busy less than this share of the time is taken as busy this much (a lower bound of its capacity).
 MIN_BUSY = 0.01
 # Key-group alignment: a parallelism whose busiest subtask gets more than this share above the average number of
 # key groups is moved up to a divisor of the max parallelism.
@@ -264,7 +264,9 @@ def _advise(spec: AutoscaleSpec, inp: Inputs, samples: Sequence[Sample]) -> tupl
         rin, rout = rate(v, "records_in_total"), rate(v, "records_out_total")
         busy = rate(v, "busy_total_ms") / 1000.0 / max(v.parallelism, 1)
         processed = rout if v.is_source else rin
-        true_rate = processed / v.parallelism / busy if busy >= MIN_BUSY and processed > 0 else None
+        # Busy below MIN_BUSY is noise, not a measurement: such a vertex could do at least processed/MIN_BUSY (it
+        # never vetoes a scale-down). No records at all: nothing is known of its rate.
+        true_rate = processed / v.parallelism / max(busy, MIN_BUSY) if processed > 0 else None
         target = targets[v.vertex_id]
         limit: str | None = None
         if true_rate is None:

@@ -222,3 +222,19 @@ def test_a_sample_repeating_the_last_ones_numbers_is_not_fresh() -> None:
     fresh = job(1, at=T0 + timedelta(seconds=2), rate=100.0, busy=1000.0)
     assert same_values(a, stale) and not same_values(a, fresh)
     assert not same_values(a, Sample(at=stale.at, job_id="other", vertices=a.vertices))
+
+
+def test_a_nearly_idle_vertex_never_vetoes_a_scale_down() -> None:
+    """A source busy 0.2% of the time (rounding noise in Flink's busy time) has plenty of capacity: it asks for
+    the minimum, so the bottleneck decides."""
+    def quiet(t: int) -> Sample:
+        s = job(2, at=T0 + timedelta(seconds=t), rate=40.0, busy=250.0)
+        src = s.vertices[0]
+        since = (s.at - (T0 - timedelta(seconds=100))).total_seconds()
+        from dataclasses import replace as dc_replace
+        return Sample(at=s.at, job_id=s.job_id, vertices=(dc_replace(src, busy_total_ms=2.0 * 2 * since),
+                                                           s.vertices[1]))
+    a = decide(SPEC, inputs(2), [quiet(t) for t in range(0, 41, 5)])
+    src = a.vertices[0]
+    assert src.proposed == 1 and src.true_rate == pytest.approx(40.0 / 2 / 0.01)
+    assert a.wanted == 1 and a.verdict is Verdict.WAIT and "scale down 2 -> 1" in a.reason
