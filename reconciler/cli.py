@@ -115,6 +115,19 @@ def _parser() -> argparse.ArgumentParser:
     _runtime_flags(st)
     st.set_defaults(func=cmd_status)
 
+    sa = sub.add_parser("scale-advice", help="the parallelism an app's Flink metrics call for, and why",
+                        description="Samples the app's running job twice, --seconds apart, and prints what its "
+                                    "spec.autoscale would decide: per vertex the current and proposed parallelism "
+                                    "and the numbers behind it (docs/autoscale.md). Changes nothing.",
+                        epilog=_SETTINGS_EPILOG)
+    sa.add_argument("app", help="the app's metadata.name")
+    sa.add_argument("--repo", help="Git repository: a path or URL (default: FLINK_RECONCILER_REPO_URL)")
+    sa.add_argument("--seconds", type=float, default=15.0,
+                    help="how long to measure, the window of this advice (default: %(default)s)")
+    sa.add_argument("--output", choices=["table", "json"], default="table", help="output format (default: %(default)s)")
+    _runtime_flags(sa)
+    sa.set_defaults(func=cmd_scale_advice)
+
     hi = sub.add_parser("history", help="transitions and savepoints of one app", epilog=_SETTINGS_EPILOG)
     hi.add_argument("app", help="the app's metadata.name")
     hi.add_argument("--output", choices=["table", "json"], default="table", help="output format (default: %(default)s)")
@@ -556,7 +569,7 @@ def _state_text(live: LiveApp, rec: AppRecord | None) -> str:
 
 
 def _print_status(rec: Reconciler) -> None:
-    rows = _status_rows(rec)
+    rows = _with_autoscale(rec, _status_rows(rec))
     table = [["APP", "APPLIED", "JOB", "STATE", "LAST SAVEPOINT", "OUTCOME"]]
     for r in rows:
         sp = str(r["last_savepoint"] or "-")
@@ -576,6 +589,9 @@ def _print_status(rec: Reconciler) -> None:
             isinstance(c["clusters"], int) and c["clusters"] > 1) else ""
         print(f"\nsession cluster {c['cluster']}: {c['state']}{many}; jobs: "
               + (", ".join(f"{a} {s}" for a, s in sorted(jobs.items())) or "none"))
+    for r in rows:
+        if "autoscale" in r:
+            print(f"\n{r['app']}: {r['autoscale']}")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -589,9 +605,42 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     rec = _reconciler(settings, report=False)
     if args.output == "json":
-        print(json.dumps(_status_rows(rec), indent=2))
+        print(json.dumps(_with_autoscale(rec, _status_rows(rec)), indent=2))
     else:
         _print_status(rec)
+    return EXIT_OK
+
+
+def _with_autoscale(rec: Reconciler, rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Each autoscaled app's row with the autoscaler's last word on its applied commit (git notes)."""
+    from reconciler.service.autoscale import autoscale_notes
+
+    scaled: dict[str, str] = {}
+    for name, r in rec.journal.records().apps.items():
+        mode = ((r.last_applied_spec or {}).get("spec") or {}).get("autoscale", {}).get("mode", "off")
+        if mode != "off" and r.last_applied_revision:
+            scaled[name] = r.last_applied_revision
+    said = autoscale_notes(rec, scaled)
+    return [row | ({"autoscale": said.get(str(row["app"]), "no advice yet")} if row["app"] in scaled else {})
+            for row in rows]
+
+
+def cmd_scale_advice(args: argparse.Namespace) -> int:
+    from reconciler.service.autoscale import advise_now, evidence_table
+
+    repo = args.repo or os.environ.get("FLINK_RECONCILER_REPO_URL")
+    if not repo:
+        raise ConfigError("scale-advice needs the repository: --repo or FLINK_RECONCILER_REPO_URL")
+    rec = _reconciler(_settings(args, repo_url=repo), report=False)
+    advice = advise_now(rec, args.app, seconds=args.seconds)
+    if args.output == "json":
+        print(json.dumps(advice.to_json(), indent=2))
+        return EXIT_OK
+    print(f"{advice.app}: {advice.verdict.value}: parallelism {advice.current} -> {advice.proposed}")
+    print(advice.reason)
+    if advice.vertices:
+        print()
+        print(evidence_table(advice))
     return EXIT_OK
 
 

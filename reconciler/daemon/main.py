@@ -46,6 +46,7 @@ def make_auto_sharded(settings: Settings, metrics: Metrics | None, clock: Clock)
 
     from reconciler.apply.journal import Journal
     from reconciler.live.k8s_runtime import KubernetesRuntime
+    from reconciler.service.autoscale import Autoscaler
     from reconciler.service.factories import (
         lease_identity,
         make_policy,
@@ -76,7 +77,7 @@ def make_auto_sharded(settings: Settings, metrics: Metrics | None, clock: Clock)
     def make_shard(shard: Shard, shard_source: GitSource) -> Reconciler:
         elector = leases.electors[shard.index]
         store = ShardRecordStore(make_record_store(settings, runtime, elector), shard)
-        return Reconciler(
+        rec = Reconciler(
             source=shard_source, runtime=runtime, journal=Journal(settings.state_dir / "journal", clock, store=store),
             clock=clock, subdir=settings.path, shard=shard,
             # the Lease, not `holds`: a pass of a shard being given up still holds it (release waits for the pass)
@@ -86,6 +87,9 @@ def make_auto_sharded(settings: Settings, metrics: Metrics | None, clock: Clock)
             reporter=reporter, metrics=metrics, target_url=settings.status_target_url,
             max_parallel=settings.max_parallel, runtime_name=settings.runtime,
             spec_policy=SpecPolicy(settings.spec_policy))
+        if runtime is not None:  # spec.autoscale, for this shard's apps
+            rec.autoscaler = Autoscaler(rec, metrics=metrics)
+        return rec
 
     stop = threading.Event()
     threading.Thread(target=leases.run, args=(stop,), name="shard-leases", daemon=True).start()

@@ -133,6 +133,31 @@ class Metrics:
             registry=r,
         )
 
+        self.autoscale_parallelism = Gauge(
+            f"{PREFIX}_autoscale_parallelism",
+            "Autoscaled apps: job.parallelism in Git (kind=current) and what the metrics call for (kind=wanted).",
+            ["app", "kind"],
+            registry=r,
+        )
+        self.autoscale_verdict = Gauge(
+            f"{PREFIX}_autoscale_verdict",
+            "The autoscaler's last verdict per app: 1 for the current one (scale-up, scale-down, keep, wait).",
+            ["app", "verdict"],
+            registry=r,
+        )
+        self.autoscale_requests = Counter(
+            f"{PREFIX}_autoscale_rest_requests",
+            "Flink REST requests the autoscaler made to sample an app's metrics.",
+            ["app"],
+            registry=r,
+        )
+        self.autoscale_commits = Counter(
+            f"{PREFIX}_autoscale_commits",
+            "Commits the autoscaler wrote (mode: commit), by direction.",
+            ["app", "direction"],
+            registry=r,
+        )
+
     # --- recording helpers (what the service and the daemon call) ---------------------------------
     def observe_reconcile(self, app: str, seconds: float, outcome: Outcome | str) -> None:
         self.reconcile_duration.labels(app).observe(seconds)
@@ -140,6 +165,20 @@ class Metrics:
 
     def count_repair(self, kind: str, outcome: Outcome | str) -> None:
         self.repairs.labels(kind, str(outcome)).inc()
+
+    def set_autoscale(self, app: str, *, current: int, wanted: int | None, verdict: str) -> None:
+        self.autoscale_parallelism.labels(app, "current").set(current)
+        if wanted is not None:
+            self.autoscale_parallelism.labels(app, "wanted").set(wanted)
+        for v in ("scale-up", "scale-down", "keep", "wait"):
+            self.autoscale_verdict.labels(app, v).set(1 if v == verdict else 0)
+
+    def count_autoscale_requests(self, app: str, n: int) -> None:
+        self.autoscale_requests.labels(app).inc(n)
+
+    def count_autoscale_commit(self, app: str, direction: str) -> None:
+        self.autoscale_commits.labels(app, direction).inc()
+
     def set_app_states(self, counts: dict[str, int], *, owner: str = "") -> None:
         """The apps of one reconciler (a shard's, or the only one) by state; the gauge is the sum over owners."""
         with self._app_states_lock:

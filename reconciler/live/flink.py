@@ -11,8 +11,9 @@ left behind by a failed submit (see FLINK_FACTS.md).
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -105,6 +106,18 @@ class FlinkTriggerNotFoundError(FlinkPermanentError, TriggerNotFoundError):
 class FlinkUnsupportedError(FlinkPermanentError):
     """This Flink cannot do it here: the endpoint does not exist (404/405), or the job's scheduler refuses it
     (the default scheduler and a job's resource requirements: only the adaptive scheduler changes them)."""
+
+
+@dataclass(frozen=True)
+class VertexGraph:
+    """A job vertex with what the autoscaler needs of the job graph."""
+
+    vertex_id: str
+    name: str
+    parallelism: int
+    max_parallelism: int  # 0: not reported
+    status: str
+    inputs: tuple[str, ...]  # upstream vertex ids; empty: a source
 
 
 @dataclass(frozen=True)
@@ -288,6 +301,48 @@ class FlinkRestClient:
             raise FlinkTransientError(f"Flink answered with non-JSON: {resp.text[:300]!r}", method=method,
                                       url=self._url(path), status=resp.status_code) from e
         return body if isinstance(body, dict) else {}
+
+    # -- metrics (autoscaling) ----------------------------------------------------------------------
+
+    def job_graph(self, job_id: str) -> list[VertexGraph]:
+        """`GET /jobs/{id}`: each vertex with its parallelism, max parallelism and upstream vertices (from the
+        job's plan). One request for the whole job."""
+        body = self._json("GET", f"/jobs/{job_id}", job_id=job_id)
+        inputs: dict[str, tuple[str, ...]] = {}
+        for node in (body.get("plan") or {}).get("nodes") or []:
+            inputs[str(node.get("id", ""))] = tuple(str(i.get("id", "")) for i in node.get("inputs") or ())
+        return [VertexGraph(vertex_id=str(v.get("id", "")), name=str(v.get("name", "")),
+                            parallelism=int(v.get("parallelism", 0)),
+                            max_parallelism=int(v.get("maxParallelism", v.get("max-parallelism", 0)) or 0),
+                            status=str(v.get("status", "")), inputs=inputs.get(str(v.get("id", "")), ()))
+                for v in body.get("vertices", [])]
+
+    def vertex_metric_names(self, job_id: str, vertex_id: str) -> list[str]:
+        """The metric ids a vertex's subtasks report (`GET .../subtasks/metrics` without `get`)."""
+        body = self._request("GET", f"/jobs/{job_id}/vertices/{vertex_id}/subtasks/metrics", job_id=job_id).json()
+        return [str(m.get("id")) for m in body if isinstance(m, dict)] if isinstance(body, list) else []
+
+    def vertex_metrics(self, job_id: str, vertex_id: str, names: Sequence[str]) -> dict[str, dict[str, float]]:
+        """Metrics of one vertex aggregated over its subtasks by Flink itself, in one request:
+        `GET /jobs/{id}/vertices/{vid}/subtasks/metrics?get=a,b&agg=sum,avg,max` -> name -> {sum, avg, max}.
+        A metric Flink does not (yet) report is absent; a NaN is left out too."""
+        path = (f"/jobs/{job_id}/vertices/{vertex_id}/subtasks/metrics?get={','.join(names)}&agg=sum,avg,max")
+        body = self._request("GET", path, job_id=job_id).json()
+        out: dict[str, dict[str, float]] = {}
+        for m in body if isinstance(body, list) else []:
+            if not isinstance(m, dict) or "id" not in m:
+                continue
+            values: dict[str, float] = {}
+            for agg in ("sum", "avg", "max"):
+                try:
+                    v = float(m[agg])
+                except (KeyError, TypeError, ValueError):
+                    continue
+                if math.isfinite(v):
+                    values[agg] = v
+            if values:
+                out[str(m["id"])] = values
+        return out
 
     # -- savepoints and checkpoints -----------------------------------------------------------------
 

@@ -27,10 +27,11 @@ class CommitStatus:
     restored_from: str | None = None
     savepoints: tuple[str, ...] = ()
     at: datetime | None = None
+    context_suffix: str = ""  # a status of its own beside the app's (the autoscaler's: "/autoscale")
 
     @property
     def context(self) -> str:
-        return CONTEXT_PREFIX + self.app
+        return CONTEXT_PREFIX + self.app + self.context_suffix
 
     @property
     def has_lineage(self) -> bool:

@@ -21,7 +21,7 @@ from reconciler.errors import ConfigError
 from reconciler.live.ports import Runtime
 from reconciler.live.records import FileRecordStore, RecordStore
 from reconciler.report.reporter import Reporter
-from reconciler.service.ports import PassMetrics
+from reconciler.service.ports import AutoscaleMetrics, PassMetrics
 from reconciler.service.reconcile import Reconciler
 from reconciler.service.sharding import Shard, ShardRecordStore, shard_of
 from reconciler.settings import Settings
@@ -160,7 +160,7 @@ def make_reconciler(settings: Settings, clock: Clock, *, metrics: PassMetrics | 
     # cluster that journal lived in an emptyDir anyway: nothing to import there.
     if elector is None:
         migrate_sqlite_journal(settings.state_dir, journal)
-    return Reconciler(
+    rec = Reconciler(
         source=source,
         runtime=runtime,
         leader=elector.is_leader if elector is not None else None,
@@ -178,5 +178,10 @@ def make_reconciler(settings: Settings, clock: Clock, *, metrics: PassMetrics | 
         max_parallel=settings.max_parallel,
         on_event=on_event,
     )
+    if runtime is not None:
+        from reconciler.service.autoscale import Autoscaler
+
+        rec.autoscaler = Autoscaler(rec, metrics=metrics if isinstance(metrics, AutoscaleMetrics) else None)
+    return rec
 
 

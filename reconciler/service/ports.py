@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from reconciler.core.observed import Outcome
 
@@ -20,3 +20,20 @@ class PassMetrics(Protocol):
     def observe_step(self, step: str, seconds: float) -> None: ...
     def observe_reconcile(self, app: str, seconds: float, outcome: Outcome | str) -> None: ...
     def set_inflight_steps(self, count: int) -> None: ...
+
+
+@runtime_checkable
+class AutoscaleMetrics(Protocol):
+    """What the autoscaler exports (service/autoscale.py)."""
+
+    def set_autoscale(self, app: str, *, current: int, wanted: int | None, verdict: str) -> None: ...
+    def count_autoscale_requests(self, app: str, n: int) -> None: ...
+    def count_autoscale_commit(self, app: str, direction: str) -> None: ...
+
+
+class AutoscaleHook(Protocol):
+    """The autoscaler as the reconcile pass sees it (service/autoscale.py)."""
+
+    def tick(self, head: str) -> str | None:
+        """Sample, decide, act; a commit it put on the tracked branch -> why to reconcile again at once."""
+        ...

@@ -36,7 +36,7 @@ from reconciler.logs import log_context
 from reconciler.report.reporter import Reporter
 from reconciler.report.status import LINEAGE_PREFIX, CommitStatus
 from reconciler.service import sessions
-from reconciler.service.ports import APP_STATES, PassMetrics
+from reconciler.service.ports import APP_STATES, AutoscaleHook, PassMetrics
 from reconciler.service.sharding import Shard, shard_view
 from reconciler.settings import redact_url
 from reconciler.source.git import GitSource
@@ -115,6 +115,8 @@ class Reconciler:
         self._said: dict[str, tuple[tuple[str, str], str]] = {}  # app -> the blocked/error status said (_stable)
         self._states: dict[str, tuple[str, str]] = {}  # app -> (state, why) after the last pass that planned it
         self._waiting: dict[str, tuple[str, str]] = {}  # app -> (state, why) last logged while it was not ok
+        # spec.autoscale (service/autoscale.py): sampled and decided after each pass of the daemon
+        self.autoscaler: AutoscaleHook | None = None
 
     # ------------------------------------------------------------------ ReconcileService
 
@@ -147,6 +149,7 @@ class Reconciler:
             log.warning("history rewritten on %s: reloading every spec at %s", self.source.branch, head[:12])
             self._loaded = None
         if not full and head == self._loaded_rev and not self.journal.all_inflight():
+            self._autoscale(head)
             return
         try:
             only = None if full else self._changed_apps(head)
@@ -156,6 +159,20 @@ class Reconciler:
             self._last_error = f"the pass at {head[:12]} failed: {type(e).__name__}: {e}"
             raise
         self._last_error = None
+        self._autoscale(head)
+
+    def _autoscale(self, head: str) -> None:
+        """The autoscaler's tick after a pass; a commit it made to the branch is reconciled at once (an in-place
+        rescale when only the parallelism changed), like a push. Its trouble never fails the pass."""
+        if self.autoscaler is None or self.runtime is None:
+            return
+        try:
+            made = self.autoscaler.tick(head)
+        except Exception:
+            log.exception("autoscaling failed in this pass")
+            return
+        if made is not None:
+            self.sync(full=False, reason=made)
 
     def readiness(self) -> tuple[bool, str]:
         """Not ready while the last pass failed (its fetch or the pass itself); the daemon adds "not

@@ -742,6 +742,18 @@ class GitSource:
                 raise self._classify(f"push to {self._url}", err)
             self._run(["update-ref", f"refs/heads/{self.branch}", sha], what="update the branch")
 
+    def push_proposal(self, sha: str, branch: str) -> None:
+        """Publish `sha` as branch `branch` on origin, for a pull request (the autoscaler's `commit.branch`). The
+        branch is the proposer's own: a newer proposal replaces an older one (forced), but never the tracked
+        branch."""
+        if branch == self.branch:
+            raise SourceError(f"a proposal branch cannot be the tracked branch {branch!r}")
+        with self._lock:
+            self._require_repo()
+            status, _, err = self._exec(["push", "--porcelain", "origin", f"+{sha}:refs/heads/{branch}"], network=True)
+            if status != 0:
+                raise self._classify(f"push to {self._url}", err)
+
     def checkout_of_branch(self) -> Path | None:
         """The work tree that has the tracked branch checked out, when origin is a local non-bare
         repository (a user's own clone, or the README's demo repository); None otherwise."""

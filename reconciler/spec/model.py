@@ -451,6 +451,78 @@ class TakeoverSpec(_Model):
     @property
     def name(self) -> str:
         return self.from_.partition("/")[2]
+class AutoscaleMode(StrEnum):
+    OFF = "off"
+    RECOMMEND = "recommend"  # say what parallelism the metrics call for; change nothing
+    COMMIT = "commit"  # write that change as a commit to Git, then apply it like any push
+
+
+class AutoscaleCommit(_Model):
+    branch: str | None = change(
+        ChangeClass.IGNORE, "Push the autoscale commit to this branch (for a pull request) instead of the tracked "
+        "branch, e.g. 'autoscale/<app>'. The branch is rewritten with each new proposal.", default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$",
+    )
+
+    @field_validator("branch")
+    @classmethod
+    def _ref_name(cls, v: str | None) -> str | None:
+        if v is not None and (".." in v or "//" in v or v.endswith(("/", ".lock", "."))):
+            raise ValueError(f"{v!r} is not a usable branch name")
+        return v
+
+
+class AutoscaleSpec(_Model):
+    """Autoscaling from Flink's own metrics, with Git the truth: a decision is a recommendation or a commit."""
+
+    mode: AutoscaleMode = change(
+        ChangeClass.IGNORE, "off | recommend (post the proposed parallelism with its evidence; change nothing) | "
+        "commit (the daemon commits the new job.parallelism to Git and applies it like any push).",
+        default=AutoscaleMode.OFF,
+    )
+    target_utilisation: float = change(
+        ChangeClass.IGNORE, "How busy each vertex should be at the proposed parallelism (0.1-1.0): the headroom "
+        "left for bursts.", default=0.7, ge=0.1, le=1.0, allow_inf_nan=False,
+    )
+    min: int = change(ChangeClass.IGNORE, "Lowest parallelism the autoscaler proposes.", default=1, ge=1, le=32768)
+    max: int = change(
+        ChangeClass.IGNORE, "Highest parallelism the autoscaler proposes (also capped by the task slots of the "
+        "cluster and each vertex's max parallelism).", default=32, ge=1, le=32768,
+    )
+    stabilisation: Duration = change(
+        ChangeClass.IGNORE, "No decision for this long after any applied change of the app (a rescale, an upgrade, "
+        "a human edit of job.parallelism): the job settles first, and a human's edit wins.",
+        default=timedelta(minutes=5),
+    )
+    scale_down_delay: Duration = change(
+        ChangeClass.IGNORE, "A lower parallelism must be called for continuously this long before it is proposed "
+        "(longer than scaling up: dropping capacity on a short lull is the expensive mistake).",
+        default=timedelta(minutes=30),
+    )
+    catch_up_duration: Duration = change(
+        ChangeClass.IGNORE, "When the sources report their lag (pendingRecords), extra capacity to work it off "
+        "within this time.", default=timedelta(minutes=15),
+    )
+    window: Duration = change(
+        ChangeClass.IGNORE, "Metrics are averaged over this window; no decision before a full window of samples "
+        "since the last change.", default=timedelta(minutes=5),
+    )
+    min_change: int = change(
+        ChangeClass.IGNORE, "Smallest parallelism change worth a rescale.", default=1, ge=1, le=32768,
+    )
+    commit: AutoscaleCommit = change(ChangeClass.IGNORE, "Where commit mode writes.", default=AutoscaleCommit())
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, v: Any) -> Any:
+        # YAML 1.1 reads a bare `off` as false.
+        return "off" if v is False else v
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscaleSpec:
+        if self.min > self.max:
+            raise ValueError(f"autoscale min ({self.min}) is above max ({self.max})")
+        return self
 
 
 class AppSpec(_Model):
@@ -492,6 +564,11 @@ class AppSpec(_Model):
         "jobManager, taskManager, flinkConfiguration, podTemplate, highAvailability) are the session cluster's "
         "and may not be set here.",
         default=None, exclude_if=lambda v: v is None,  # unset: every other app's hash stays as it was
+    )
+    autoscale: AutoscaleSpec = change(
+        ChangeClass.IGNORE, "Autoscaling from Flink's metrics (docs/autoscale.md); off by default.",
+        default=AutoscaleSpec(),
+        exclude_if=lambda v: v == AutoscaleSpec(),  # left at its default, no app's spec hash changes
     )
 
     @field_validator("flink_configuration", mode="before")

@@ -6,6 +6,12 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardCopyOption;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionStage;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.OpenContext;
@@ -15,6 +21,7 @@ import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.connector.sink2.Sink;
 import org.apache.flink.api.connector.sink2.SinkWriter;
 import org.apache.flink.api.connector.sink2.WriterInitContext;
+import org.apache.flink.api.connector.source.util.ratelimit.RateLimiter;
 import org.apache.flink.api.connector.source.util.ratelimit.RateLimiterStrategy;
 import org.apache.flink.api.java.functions.KeySelector;
 import org.apache.flink.api.java.tuple.Tuple2;
@@ -34,7 +41,12 @@ import org.apache.flink.util.ParameterTool;
  *
  * <p>Args: {@code --output-dir DIR} (absolute, or relative to the TaskManager's working directory),
  * {@code --keys N} (default 4), {@code --rate R} records per second over all keys (default 100),
- * {@code --fail-above N} throws once a key's count would pass N (a job that crashes on every start).
+ * {@code --fail-above N} throws once a key's count would pass N (a job that crashes on every start),
+ * {@code --rate-scope taskmanager} makes {@code --rate} the rate of all source subtasks of a TaskManager
+ * together, whatever the parallelism (default {@code job}: the generator's own limiter),
+ * {@code --work-us N} costs N microseconds per record in the counting operator (default 0: an overloaded
+ * job for the autoscaler), spent busy-spinning on a core, or asleep with {@code --work-mode sleep} (the
+ * operator is just as busy to Flink's metrics, without taking a core from a shared machine).
  * Checkpointing is configured by the cluster, not here.
  */
 public final class CounterJob {
@@ -47,6 +59,18 @@ public final class CounterJob {
         int keys = params.getInt("keys", 4);
         double rate = params.getDouble("rate", 100.0);
         long failAbove = params.getLong("fail-above", Long.MAX_VALUE);
+        long workMicros = params.getLong("work-us", 0L);
+        String workMode = params.get("work-mode", "spin");
+        String rateScope = params.get("rate-scope", "job");
+        if (!rateScope.equals("job") && !rateScope.equals("taskmanager")) {
+            throw new IllegalArgumentException("--rate-scope must be job or taskmanager, got " + rateScope);
+        }
+        if (workMicros < 0) {
+            throw new IllegalArgumentException("--work-us must be >= 0, got " + workMicros);
+        }
+        if (!workMode.equals("spin") && !workMode.equals("sleep")) {
+            throw new IllegalArgumentException("--work-mode must be spin or sleep, got " + workMode);
+        }
         if (keys < 1) {
             throw new IllegalArgumentException("--keys must be >= 1, got " + keys);
         }
@@ -56,14 +80,16 @@ public final class CounterJob {
 
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
 
+        RateLimiterStrategy limit = rateScope.equals("job")
+                ? RateLimiterStrategy.perSecond(rate) : new SharedRate(rate);
         DataGeneratorSource<String> source = new DataGeneratorSource<>(
-                new KeyGenerator(keys), Long.MAX_VALUE, RateLimiterStrategy.perSecond(rate), Types.STRING);
+                new KeyGenerator(keys), Long.MAX_VALUE, limit, Types.STRING);
 
         env.fromSource(source, WatermarkStrategy.noWatermarks(), "generator")
                 .uid("counter-source")
                 .name("generator")
                 .keyBy(new ByKey())
-                .process(new CountPerKey(failAbove))
+                .process(new CountPerKey(failAbove, workMicros * 1000L, workMode.equals("sleep")))
                 .uid("counter-count")
                 .name("count-per-key")
                 .sinkTo(new LatestCountSink(outputDir))
@@ -71,6 +97,46 @@ public final class CounterJob {
                 .name("latest-count-files");
 
         env.execute("counter");
+    }
+
+    /**
+     * One rate for every source subtask of a TaskManager JVM together. The generator's own splits are fixed
+     * when the job first starts (one per subtask then): after an in-place rescale from 1 to 2 one subtask
+     * keeps the only split, and {@code perSecond} would give it half the rate. Waiting readers are idle
+     * (not busy) to Flink's metrics, as with {@code perSecond}.
+     */
+    static final class SharedRate implements RateLimiterStrategy {
+        private static final long serialVersionUID = 1L;
+        private static final AtomicLong NEXT = new AtomicLong(Long.MIN_VALUE);
+        private static final ScheduledExecutorService TIMER = Executors.newSingleThreadScheduledExecutor(r -> {
+            Thread t = new Thread(r, "counter-shared-rate");
+            t.setDaemon(true);
+            return t;
+        });
+        private final double rate;
+
+        SharedRate(double rate) {
+            this.rate = rate;
+        }
+
+        @Override
+        public RateLimiter createRateLimiter(int parallelism) {
+            long interval = (long) (1_000_000_000L / rate);
+            return new RateLimiter() {
+                @Override
+                public CompletionStage<Void> acquire(int events) {
+                    long now = System.nanoTime();
+                    long slot = NEXT.getAndAccumulate(now, (prev, t) -> Math.max(prev, t) + interval * events);
+                    long wait = Math.max(slot, now) - now;
+                    if (wait <= 0) {
+                        return CompletableFuture.completedFuture(null);
+                    }
+                    CompletableFuture<Void> done = new CompletableFuture<>();
+                    TIMER.schedule(() -> done.complete(null), wait, TimeUnit.NANOSECONDS);
+                    return done;
+                }
+            };
+        }
     }
 
     /** Maps the sequence number to one of N keys, round robin. */
@@ -102,10 +168,33 @@ public final class CounterJob {
     static final class CountPerKey extends KeyedProcessFunction<String, String, Tuple2<String, Long>> {
         private static final long serialVersionUID = 1L;
         private final long failAbove;
+        private final long workNanos;
+        private final boolean sleep;
         private transient ValueState<Long> count;
 
-        CountPerKey(long failAbove) {
+        CountPerKey(long failAbove, long workNanos, boolean sleep) {
             this.failAbove = failAbove;
+            this.workNanos = workNanos;
+            this.sleep = sleep;
+        }
+
+        /** The configured cost of one record: wall-clock time, so the capacity per subtask is fixed. */
+        private void work() {
+            if (workNanos <= 0) {
+                return;
+            }
+            long end = System.nanoTime() + workNanos;
+            if (sleep) {
+                java.util.concurrent.locks.LockSupport.parkNanos(workNanos);
+                return;
+            }
+            long sink = 0;
+            while (System.nanoTime() < end) {
+                sink += sink * 31 + 7;  // keep the core busy
+            }
+            if (sink == 42) {
+                System.out.print("");
+            }
         }
 
         @Override
@@ -116,6 +205,7 @@ public final class CounterJob {
         @Override
         public void processElement(String key, Context ctx, Collector<Tuple2<String, Long>> out)
                 throws Exception {
+            work();
             Long current = count.value();
             long next = (current == null ? 0L : current) + 1L;
             if (next > failAbove) {  // a job that crashes on every start once its state is past a point

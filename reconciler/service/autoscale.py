@@ -1,0 +1,359 @@
+"""Autoscaling with Git the truth: sample Flink's metrics, decide (`core.autoscale`), then recommend or commit.
+
+Runs inside the daemon's pass (`Reconciler.sync` calls `Autoscaler.tick` after reconciling), for the apps whose
+spec says `autoscale.mode: recommend | commit`. Per app and tick it asks the JobManager for the job (one
+request), its graph (one) and per vertex the counters and gauges the decision needs, aggregated over the
+subtasks by Flink (one request per vertex; a source's metric names once per job, to find `pendingRecords`).
+
+- recommend: the advice goes on the applied commit as its own status (`flink-reconciler/<app>/autoscale`),
+  to `status` / `scale-advice`, and to /metrics. Nothing changes.
+- commit: a scale decision rewrites `spec.job.parallelism` in the app's file and commits it fast-forward only
+  on top of the tip it read (the path `rollback --write-commit` takes), with the evidence in the message; the
+  daemon then applies it like any push (an in-place rescale with `upgrade.inPlaceRescale`). With
+  `commit.branch` the commit goes to that branch instead, for a pull request.
+
+Samples and the pending scale-down live in memory: a restarted daemon collects a fresh window first.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from reconciler.core.autoscale import Advice, Inputs, Sample, ScaleDown, Verdict, VertexMetrics, decide
+from reconciler.core.observed import JobPhase, Outcome, job_phase
+from reconciler.errors import JobNotFoundError, PermanentStepError, ReconcilerError, StepError
+from reconciler.live.ports import Runtime
+from reconciler.report.status import CONTEXT_PREFIX, CommitStatus
+from reconciler.service.ports import AutoscaleMetrics
+from reconciler.spec.load import LoadedApp, load_files
+from reconciler.spec.model import AutoscaleMode, FlinkApp
+from reconciler.spec.policy import SpecPolicy
+
+if TYPE_CHECKING:  # reconcile.py builds the Autoscaler: no import at run time
+    from reconciler.service.reconcile import Reconciler
+
+log = logging.getLogger(__name__)
+
+COUNTERS = ("accumulateBusyTimeMs", "accumulateBackPressuredTimeMs", "accumulateIdleTimeMs", "numRecordsIn",
+            "numRecordsOut")
+GAUGES = ("busyTimeMsPerSecond", "backPressuredTimeMsPerSecond", "idleTimeMsPerSecond", "numRecordsInPerSecond",
+          "numRecordsOutPerSecond")
+PENDING_SUFFIX = ".pendingRecords"
+STATUS_SUFFIX = "/autoscale"
+COMMIT_TRAILER = "Autoscaled-by: flink-reconciler"
+# Flink's REST API answers metrics from a store it refreshes from the TaskManagers at most every
+# metrics.fetcher.update-interval (10 s by default), fetching after a request: a sample may repeat the last one.
+FETCH_SLACK_S = 30.0
+
+
+def same_values(a: Sample, b: Sample) -> bool:
+    """Whether `b` repeats `a`'s numbers: Flink's metric store was not refreshed in between. Such a sample is
+    dropped, so every kept sample is a first sighting of fresh numbers and its time is close to theirs."""
+    if a.job_id != b.job_id or len(a.vertices) != len(b.vertices) or b.missing:
+        return False
+    return all((u.vertex_id, u.parallelism, u.busy_total_ms, u.idle_total_ms, u.records_in_total,
+                u.records_out_total) == (v.vertex_id, v.parallelism, v.busy_total_ms, v.idle_total_ms,
+                                         v.records_in_total, v.records_out_total)
+               for u, v in zip(a.vertices, b.vertices, strict=True))
+
+
+@dataclass(frozen=True)
+class Committed:
+    app: str
+    sha: str
+    branch: str
+    advice: Advice
+
+
+@dataclass
+class _AppState:
+    samples: deque[Sample]
+    scale_down: ScaleDown | None = None
+    posted: tuple[str, str, int, int | None] | None = None  # (revision, verdict, proposed, wanted) last reported
+    proposed_on_branch: tuple[str, int] | None = None  # (tip, parallelism) last pushed to commit.branch
+    pending_names: dict[str, str | None] | None = None  # job id + vertex id -> its pendingRecords metric
+
+
+def sample(flink: Any, job_id: str, *, at: datetime, pending_names: dict[str, str | None]) -> tuple[Sample, int]:
+    """One sample of a running job, and how many requests it took."""
+    graph = flink.job_graph(job_id)
+    requests = 1
+    vertices: list[VertexMetrics] = []
+    missing: list[str] = []
+    for v in graph:
+        names = [*COUNTERS, *GAUGES]
+        if not v.inputs:
+            key = f"{job_id}/{v.vertex_id}"
+            if key not in pending_names:
+                found = [n for n in flink.vertex_metric_names(job_id, v.vertex_id) if n.endswith(PENDING_SUFFIX)]
+                requests += 1
+                pending_names[key] = found[0] if found else None
+            if pending_names[key]:
+                names.append(str(pending_names[key]))
+        got = flink.vertex_metrics(job_id, v.vertex_id, names)
+        requests += 1
+        missing += [f"{v.name}: {n}" for n in COUNTERS if "sum" not in got.get(n, {})]
+
+        sums = {n: float(a["sum"]) for n, a in got.items() if "sum" in a}
+
+        def total(name: str, sums: dict[str, float] = sums) -> float:
+            return sums.get(name, 0.0)
+
+        pending = next((sums[n] for n in names if n.endswith(PENDING_SUFFIX) and n in sums), None)
+        vertices.append(VertexMetrics(
+            vertex_id=v.vertex_id, name=v.name, parallelism=v.parallelism, max_parallelism=v.max_parallelism,
+            inputs=v.inputs, busy_total_ms=total("accumulateBusyTimeMs"),
+            backpressured_total_ms=total("accumulateBackPressuredTimeMs"), idle_total_ms=total("accumulateIdleTimeMs"),
+            records_in_total=total("numRecordsIn"), records_out_total=total("numRecordsOut"), pending=pending,
+            busy_ms_per_s=got.get("busyTimeMsPerSecond", {}).get("avg"),
+            backpressured_ms_per_s=got.get("backPressuredTimeMsPerSecond", {}).get("avg")))
+    return Sample(at=at, job_id=job_id, vertices=tuple(vertices), missing=tuple(missing)), requests
+
+
+class Autoscaler:
+    """The autoscaler of one Reconciler (its shard's apps). Called from the pass's worker thread only."""
+
+    def __init__(self, rec: Reconciler, *, metrics: AutoscaleMetrics | None = None,
+                 on_commit: Callable[[Committed], None] | None = None) -> None:
+        self.rec = rec
+        self.metrics = metrics
+        self.on_commit = on_commit
+        self._apps: dict[str, _AppState] = {}
+        self.advice: dict[str, Advice] = {}
+        self.requests: dict[str, int] = {}  # app -> REST requests made for autoscaling since start
+
+    # ------------------------------------------------------------------ the tick
+
+    def tick(self, head: str) -> str | None:
+        """Sample, decide and act for every autoscaled app at `head`; when it committed to the tracked branch, why
+        the caller should reconcile again at once, else None. Never raises for one app's trouble."""
+        loaded = self.rec.load(head)
+        runtime = self.rec.runtime
+        if runtime is None:
+            return None
+        scaled = {n: la for n, la in loaded.apps.items() if la.app.spec.autoscale.mode is not AutoscaleMode.OFF}
+        for gone in set(self._apps) - set(scaled):
+            self._apps.pop(gone, None)
+            self.advice.pop(gone, None)
+        made: Committed | None = None
+        for name, la in sorted(scaled.items()):
+            try:
+                advice = self.evaluate(la, runtime)
+                done = self._act(head, la, advice)
+                made = made or (done if done is not None and done.branch == self.rec.source.branch else None)
+            except ReconcilerError as e:
+                log.warning("%s: autoscaling skipped this tick: %s", name, e)
+        return f"autoscale commit {made.sha[:12]} of app {made.app}" if made is not None else None
+
+    def evaluate(self, la: LoadedApp, runtime: Runtime, *, window: timedelta | None = None) -> Advice:
+        """Take a sample of the app's job and decide; remembers both. `window` overrides the spec's."""
+        app = la.app
+        spec = app.spec.autoscale if window is None else app.spec.autoscale.model_copy(update={"window": window})
+        name = app.name
+        state = self._apps.setdefault(name, _AppState(samples=deque(maxlen=2000)))
+        now = self.rec.clock.now()
+        record = self.rec.journal.record(name)
+        current = app.spec.job.parallelism
+        slots = app.spec.task_manager.replicas * app.spec.task_manager.slots
+        applied = FlinkApp.model_validate(record.last_applied_spec) if record and record.last_applied_spec else None
+        pending = applied is None or applied.spec_hash != app.spec_hash or self.rec.journal.inflight(name) is not None
+        lineage = self.rec.journal.lineage(name)
+        last_change = max((e.at for e in lineage), default=None)
+        running, why = False, "no job on record"
+        job_id = record.job_id if record else None
+        if job_id and not pending:
+            flink = runtime.flink(name)
+            try:
+                summary = flink.job(job_id)
+                self._count(name, 1)
+                phase = job_phase(summary.state, summary.tasks_running, summary.tasks_total, summary.tasks_finished)
+                running, why = phase is JobPhase.RUNNING, f"{summary.state}, {summary.tasks_running}/" \
+                                                          f"{summary.tasks_total} tasks running"
+                if running:
+                    names = state.pending_names if state.pending_names is not None else {}
+                    state.pending_names = names
+                    smp, n = sample(flink, job_id, at=now, pending_names=names)
+                    self._count(name, n)
+                    last = state.samples[-1] if state.samples else None
+                    if last is None or not same_values(last, smp):
+                        state.samples.append(smp)
+            except (StepError, JobNotFoundError) as e:
+                running, why = False, f"its metrics cannot be read: {e}"
+        keep = spec.window + spec.stabilisation + timedelta(minutes=1)
+        while state.samples and state.samples[0].at < now - keep:
+            state.samples.popleft()
+        advice = decide(spec, Inputs(app=name, current=current, slots=slots, now=now, job_running=running,
+                                     why_not_running=why, last_change_at=last_change, pending_change=pending,
+                                     scale_down=state.scale_down), list(state.samples))
+        state.scale_down = advice.scale_down
+        old = self.advice.get(name)
+        if old is None or (old.verdict, old.reason.split(":")[0]) != (advice.verdict, advice.reason.split(":")[0]):
+            log.info("%s: autoscale %s: %s", name, advice.verdict.value, advice.reason)
+        self.advice[name] = advice
+        if self.metrics is not None:
+            self.metrics.set_autoscale(name, current=current, wanted=advice.wanted, verdict=advice.verdict.value)
+        return advice
+
+    def _count(self, app: str, n: int) -> None:
+        self.requests[app] = self.requests.get(app, 0) + n
+        if self.metrics is not None:
+            self.metrics.count_autoscale_requests(app, n)
+
+    # ------------------------------------------------------------------ acting on it
+
+    def _act(self, head: str, la: LoadedApp, advice: Advice) -> Committed | None:
+        app = la.app
+        state = self._apps[app.name]
+        self._post(app.name, advice)
+        if app.spec.autoscale.mode is not AutoscaleMode.COMMIT or not advice.changes:
+            return None
+        branch = app.spec.autoscale.commit.branch or self.rec.source.branch
+        if branch != self.rec.source.branch and state.proposed_on_branch == (head, advice.proposed):
+            return None  # already proposed on that branch from this tip
+        sha = write_commit(self.rec, head, la, advice, branch=branch)
+        log.info("%s: autoscale commit %s on %s: parallelism %d -> %d", app.name, sha[:12], branch, advice.current,
+                 advice.proposed)
+        if self.metrics is not None:
+            self.metrics.count_autoscale_commit(app.name, "up" if advice.proposed > advice.current else "down")
+        state.scale_down = None
+        if branch == self.rec.source.branch:
+            state.samples.clear()
+        else:
+            state.proposed_on_branch = (head, advice.proposed)
+        done = Committed(app=app.name, sha=sha, branch=branch, advice=advice)
+        if self.on_commit is not None:
+            self.on_commit(done)
+        return done
+
+    def _post(self, app: str, advice: Advice) -> None:
+        """The advice as its own status on the applied commit, when it says something new."""
+        reporter = self.rec.reporter
+        record = self.rec.journal.record(app)
+        revision = record.last_applied_revision if record else None
+        if reporter is None or revision is None:
+            return
+        state = self._apps[app]
+        key = (revision, advice.verdict.value, advice.proposed, advice.wanted)
+        if advice.verdict is Verdict.WAIT and advice.wanted is None:
+            return  # nothing measured yet: no news
+        if state.posted == key:
+            return
+        state.posted = key
+        reporter.report(CommitStatus(revision=revision, app=app, state=Outcome.SUCCESS, target_url=self.rec.target_url,
+                                     description=f"autoscale: {advice.reason}", context_suffix=STATUS_SUFFIX))
+
+
+# ---------------------------------------------------------------------------------------------- the commit
+
+
+def rescaled_file(rec: Reconciler, head: str, la: LoadedApp, parallelism: int) -> bytes:
+    """The app's file at `head` with only `spec.job.parallelism` changed (other documents and comments kept)."""
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    try:
+        docs = list(yaml.load_all(rec.source.read_file(head, la.file).decode()))
+        docs[la.doc_index]["spec"]["job"]["parallelism"] = parallelism
+        out = io.StringIO()
+        yaml.dump_all(docs, out)
+    except (YAMLError, KeyError, TypeError, IndexError, UnicodeDecodeError) as e:
+        raise PermanentStepError(f"cannot rewrite the spec of app {la.app.name} in {la.file}: {e}") from e
+    data = out.getvalue().encode()
+    check = load_files({la.file: data}, policy=SpecPolicy.PERMISSIVE).apps.get(la.app.name)
+    expect = la.app.canonical()
+    expect["spec"]["job"]["parallelism"] = parallelism
+    if check is None or check.app.canonical() != expect:
+        raise PermanentStepError(f"the rewritten {la.file} does not hold app {la.app.name} at parallelism "
+                                 f"{parallelism} and nothing else changed (a bug): nothing was committed")
+    return data
+
+
+def commit_message(app: str, advice: Advice, target_utilisation: float) -> str:
+    lines = [f"autoscale({app}): parallelism {advice.current} -> {advice.proposed}", "", advice.reason, "",
+             evidence_table(advice), "",
+             f"Window: {_ts(advice.window_start)} .. {_ts(advice.window_end)} UTC, {advice.samples} samples; "
+             f"target utilisation {target_utilisation:.0%}.",
+             "Written by the flink-reconciler autoscaler (spec.autoscale.mode: commit); a human edit of",
+             "spec.job.parallelism always wins (no autoscale change within spec.autoscale.stabilisation of it).",
+             "", COMMIT_TRAILER, ""]
+    return "\n".join(lines)
+
+
+def evidence_table(advice: Advice) -> str:
+    rows = [("VERTEX", "NOW", "PROPOSED", "BUSY", "BACKPRESSURED", "IN/S", "OUT/S", "RATE/SUBTASK", "TARGET/S",
+             "LAG")]
+    for v in advice.vertices:
+        rows.append((v.name, str(v.current), str(v.proposed), f"{v.busy_pct:.0f}%", f"{v.backpressured_pct:.0f}%",
+                     f"{v.records_in:.1f}", f"{v.records_out:.1f}",
+                     "-" if v.true_rate is None else f"{v.true_rate:.1f}", f"{v.target_rate:.1f}",
+                     "-" if v.lag is None else f"{v.lag:.0f}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def write_commit(rec: Reconciler, head: str, la: LoadedApp, advice: Advice, *, branch: str) -> str:
+    """Commit the new parallelism on top of `head` and push it: fast-forward only on the tracked branch (a tip
+    that moved meanwhile is never overwritten: SourceError, the next tick decides again on the new tip)."""
+    data = rescaled_file(rec, head, la, advice.proposed)
+    sha = rec.source.commit_file(head, la.file, data, commit_message(la.app.name, advice,
+                                                                      la.app.spec.autoscale.target_utilisation))
+    if branch == rec.source.branch:
+        rec.source.push_commit(sha)
+    else:
+        rec.source.push_proposal(sha, branch)
+    return sha
+
+
+def _ts(t: datetime | None) -> str:
+    return t.strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+
+
+
+def advise_now(rec: Reconciler, app: str, *, seconds: float) -> Advice:
+    """`flink-reconciler scale-advice APP`: the advice from two samples `seconds` apart, taken now (the window is
+    those seconds; the rest of the app's spec.autoscale applies, including its stabilisation after a change).
+    A scale-down shows as waiting its scaleDownDelay: a one-off look cannot know since when it is called for."""
+    if rec.runtime is None:
+        raise PermanentStepError("scale-advice needs a runtime to read the job's metrics (not a dry run)")
+    rec.source.fetch()
+    head = rec.source.head()
+    la = rec.load(head).apps.get(app)
+    if la is None:
+        raise PermanentStepError(f"no valid spec of app {app!r} at {head[:12]}")
+    scaler = Autoscaler(rec)
+    window = timedelta(seconds=seconds)
+    end = rec.clock.monotonic() + seconds + FETCH_SLACK_S
+    while True:
+        advice = scaler.evaluate(la, rec.runtime, window=window)
+        if not scaler._apps[app].samples and advice.verdict is Verdict.WAIT and "metrics" not in advice.reason:
+            return advice  # not running, not applied, or stabilising: sampling longer says nothing more
+        if advice.verdict is not Verdict.WAIT or "metrics" not in advice.reason or rec.clock.monotonic() >= end:
+            return advice
+        rec.clock.sleep(1.0)
+
+
+def autoscale_notes(rec: Reconciler, apps: dict[str, str]) -> dict[str, str]:
+    """app -> the autoscaler's last line on the app's applied revision (from git notes), for `status`."""
+    if not apps:
+        return {}
+    try:
+        notes = rec.source.read_notes()
+    except ReconcilerError as e:
+        log.warning("cannot read git notes for the autoscale advice: %s", e)
+        return {}
+    out: dict[str, str] = {}
+    for app, revision in apps.items():
+        key = f"{CONTEXT_PREFIX}{app}{STATUS_SUFFIX}: "
+        for line in (notes.get(revision) or "").splitlines():
+            if line.startswith(key):
+                out[app] = line[len(key):].removeprefix("success - ")
+    return out

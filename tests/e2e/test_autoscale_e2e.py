@@ -1,0 +1,195 @@
+"""Issue 25 on real Flink: the daemon in `autoscale.mode: commit` scales an overloaded app up through Git.
+
+One local cluster and one `flink-reconciler run` process for the module (windows shortened to seconds). The
+counter job costs 10 ms per record in its counting operator (`--work-mode sleep`: as busy to Flink's metrics,
+without taking a core from the CI machine), so one subtask counts at most 100 records/s; it is fed 120/s.
+What a user would see, from the outside only:
+
+1. the daemon pushes a commit `autoscale(auto): parallelism 1 -> 2` onto main with the evidence in its message;
+2. `plan` of that commit (offline, against its parent) is an in-place rescale;
+3. the same job then runs at parallelism 2, the counting vertex is no longer saturated and the source is not
+   backpressured, and no count ever went back (state carried).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from reconciler.cli import main
+from reconciler.clock import SystemClock
+from reconciler.live.local import LocalRuntime
+from tests.e2e.test_daemon_e2e import DaemonProc, poll
+from tests.fixtures.flink import COUNTER_MAIN, read_counts, teardown_runtime
+from tests.gitutil import Repo, git
+
+pytestmark = [pytest.mark.flink, pytest.mark.slow]
+
+APP = "auto"
+KEYS = 64  # many keys: two subtasks get about the same share
+
+
+def app_yaml(parallelism: int) -> str:
+    return f"""\
+apiVersion: flink-reconciler.io/v1alpha1
+kind: FlinkApp
+metadata:
+  name: {APP}
+spec:
+  taskManager:
+    replicas: 1
+    slots: 2
+  flinkConfiguration:
+    execution.checkpointing.interval: 1 s
+    jobmanager.scheduler: adaptive
+    jobmanager.adaptive-scheduler.executing.cooldown-after-rescaling: 1 s
+    taskmanager.network.memory.buffer-debloat.enabled: "true"
+    metrics.fetcher.update-interval: 1 s
+  upgrade:
+    inPlaceRescale: true
+  autoscale:
+    mode: commit
+    targetUtilisation: 0.8
+    max: 2
+    stabilisation: 3s
+    window: 8s
+    scaleDownDelay: 1h
+  job:
+    jarURI: jobs/counter/counter.jar
+    entryClass: {COUNTER_MAIN}
+    args: ["--output-dir", "out", "--keys", "{KEYS}", "--rate", "120", "--work-us", "10000", "--work-mode", "sleep",
+           "--rate-scope", "taskmanager"]
+    parallelism: {parallelism}
+  deadlines:
+    start: 90s
+    healthy: 30s
+    rescale: 60s
+"""
+
+
+@dataclass
+class Env:
+    repo: Repo
+    state: Path
+    rt: LocalRuntime
+    daemon: DaemonProc
+
+    def cli(self, *args: str) -> tuple[int, str]:
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            code = main(list(args))
+        return code, buf.getvalue()
+
+    def rest(self, path: str) -> Any:
+        info = self.rt.observe(APP)
+        assert info.rest_url
+        return httpx.get(info.rest_url + path, timeout=10).json()
+
+    def origin_log(self) -> list[tuple[str, str]]:
+        out = git(self.repo.origin, "log", "--format=%H %s", "main")
+        return [(line[:40], line[41:]) for line in out.splitlines()]
+
+    def counts(self) -> dict[str, int]:
+        return read_counts(self.rt.paths(APP).work / "out")
+
+    def vertex_load(self, job: str, seconds: float = 4.0) -> dict[str, tuple[int, float, float]]:
+        """vertex name -> (parallelism, busy %, backpressured %) measured from Flink's counters over `seconds`."""
+        names = "accumulateBusyTimeMs,accumulateBackPressuredTimeMs"
+
+        def take_once() -> dict[str, tuple[int, float, float]] | None:
+            out = {}
+            for v in self.rest(f"/jobs/{job}")["vertices"]:
+                got = {m["id"]: m["sum"] for m in self.rest(
+                    f"/jobs/{job}/vertices/{v['id']}/subtasks/metrics?get={names}&agg=sum")}
+                if len(got) < 2:
+                    return None  # new tasks (after a rescale) report their metrics a moment later
+                out[v["name"]] = (v["parallelism"], got["accumulateBusyTimeMs"], got["accumulateBackPressuredTimeMs"])
+            return out
+
+        def take() -> dict[str, tuple[int, float, float]]:
+            return poll(take_once, timeout=20, what="the job's vertex metrics")
+
+        a = take()
+        time.sleep(seconds)
+        b = take()
+        return {n: (p, (b[n][1] - a[n][1]) / seconds / 10 / p, (b[n][2] - a[n][2]) / seconds / 10 / p)
+                for n, (p, _, _) in b.items()}
+
+
+@pytest.fixture(scope="module")
+def env(counter_jar: Path, flink_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    repo = Repo(tmp_path_factory.mktemp("autoscale"))
+    state = repo.origin.parent / "state"
+    repo.write("jobs/counter/counter.jar", counter_jar.read_bytes())
+    repo.write(f"apps/{APP}.yaml", app_yaml(1))
+    repo.commit("counter app, overloaded at parallelism 1, autoscale: commit")
+    rt = LocalRuntime(state, clock=SystemClock(), flink_home=flink_home)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FLINK_HOME", str(flink_home))
+        daemon = DaemonProc.start(repo.origin.parent / "daemon.log", repo_url=str(repo.origin), state_dir=str(state),
+                                  poll_interval=1, drift_interval=30)
+    e = Env(repo, state, rt, daemon)
+    try:
+        yield e
+    finally:
+        daemon.proc.terminate()
+        try:
+            daemon.proc.wait(timeout=30)
+        except Exception:
+            daemon.proc.kill()
+        teardown_runtime(rt)
+
+
+def test_the_daemon_commits_a_scale_up_and_rescales_in_place(env: Env) -> None:
+    alive = env.daemon.proc
+
+    def dead() -> str | None:
+        return f"the daemon exited ({alive.returncode}):\n{env.daemon.log_tail()}" if alive.poll() is not None else None
+
+    poll(lambda: len(env.counts()) == KEYS, timeout=90, what="the counter job to run", alive=dead)
+    job = poll(lambda: next((j.job_id for j in env.rt.flink(APP).jobs() if j.state == "RUNNING"), None),
+               timeout=10, what="the running job")
+    before = env.vertex_load(job)
+    count_vertex = next(n for n in before if n.startswith("count-per-key"))
+    assert before[count_vertex][1] > 90, f"the job is not overloaded at parallelism 1: {before}"
+    t0 = time.monotonic()
+    commit = poll(lambda: next(((sha, s) for sha, s in env.origin_log() if s.startswith(f"autoscale({APP})")), None),
+                  timeout=60, what="an autoscale commit on main", alive=dead)
+    detected = time.monotonic() - t0
+    assert commit[1] == f"autoscale({APP}): parallelism 1 -> 2"
+    message = git(env.repo.origin, "log", "-1", "--format=%B", commit[0])
+    assert "count-per-key" in message and "BUSY" in message and "Autoscaled-by: flink-reconciler" in message
+    counts = env.counts()
+
+    # plan of the autoscale commit against its parent: an in-place rescale
+    code, out = env.cli("plan", "--repo", str(env.repo.origin), "--head", commit[0], "--format", "json")
+    assert code == 0, out
+    (app,) = json.loads(out)["apps"]
+    assert app["action"] == "scale" and app["steps"][0]["type"] == "RescaleInPlace", app
+
+    def rescaled() -> bool:
+        vs = env.rest(f"/jobs/{job}")["vertices"]
+        # a source subtask without a split of the generator finishes: that is all of it running
+        return all(v["parallelism"] == 2 and v["tasks"].get("RUNNING", 0) >= 1
+                   and v["tasks"].get("RUNNING", 0) + v["tasks"].get("FINISHED", 0) == 2 for v in vs)
+    poll(rescaled, timeout=60, what="the same job to run at parallelism 2", alive=dead)
+    assert [j.job_id for j in env.rt.flink(APP).jobs() if j.state == "RUNNING"] == [job]
+    source = next(n for n in before if n.startswith("Source"))
+    # the rescaled tasks start from the job's checkpoint and work off what queued up meanwhile, then settle
+    after = poll(lambda: m if (m := env.vertex_load(job))[count_vertex][1] < 90 and m[source][2] < 10 else None,
+                 timeout=45, interval=0, what="the counting vertex below 90 % busy and the source not backpressured")
+    assert after[count_vertex][0] == 2
+    now = env.counts()
+    went_back = {k: (counts[k], now.get(k)) for k in counts if now.get(k, 0) < counts[k]}
+    assert not went_back, f"counts reset: {went_back}"
+    print(f"\nautoscale: commit {detected:.1f}s after the overload was measured; busy {before[count_vertex][1]:.0f}% "
+          f"-> {after[count_vertex][1]:.0f}%, source backpressured {before[source][2]:.0f}% -> {after[source][2]:.0f}%")

@@ -1,0 +1,102 @@
+"""The autoscaler's Git writes (service/autoscale.py): only job.parallelism changes, fast-forward only on the
+tracked branch, a proposal branch is the autoscaler's own. Real repositories, no Flink."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from reconciler.apply.journal import Journal
+from reconciler.clock import SystemClock
+from reconciler.core.autoscale import Advice, Verdict, VertexAdvice
+from reconciler.errors import SourceError
+from reconciler.service.autoscale import commit_message, write_commit
+from reconciler.service.reconcile import Reconciler
+from reconciler.source.git import GitSource
+from tests.gitutil import Repo, git
+
+SPEC = """\
+# the counter, autoscaled
+apiVersion: flink-reconciler.io/v1alpha1
+kind: FlinkApp
+metadata:
+  name: auto
+spec:
+  taskManager: {replicas: 1, slots: 4}
+  autoscale:
+    mode: commit   # the daemon commits
+  job:
+    jarURI: jobs/counter.jar
+    parallelism: 1   # the autoscaler's field
+---
+apiVersion: flink-reconciler.io/v1alpha1
+kind: FlinkApp
+metadata:
+  name: other
+spec:
+  job:
+    jarURI: jobs/counter.jar
+    parallelism: 1
+"""
+T = datetime(2026, 1, 1, 12, tzinfo=UTC)
+ADVICE = Advice(app="auto", verdict=Verdict.SCALE_UP, current=1, proposed=2, reason="scale up 1 -> 2: busy",
+                vertices=(VertexAdvice(vertex_id="v", name="count", current=1, proposed=2, busy_pct=100.0,
+                                       backpressured_pct=0.0, records_in=87.0, records_out=0.0, true_rate=87.0,
+                                       target_rate=87.0, lag=None),),
+                samples=9, window_start=T, window_end=T + timedelta(seconds=8), wanted=2)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> tuple[Repo, Reconciler]:
+    repo = Repo(tmp_path)
+    repo.write("apps/auto.yaml", SPEC)
+    repo.commit("two apps")
+    rec = Reconciler(source=GitSource(str(repo.origin), tmp_path / "git"), runtime=None,
+                     journal=Journal(tmp_path / "state" / "journal", SystemClock()), clock=SystemClock())
+    rec.source.fetch()
+    return repo, rec
+
+
+def test_the_commit_changes_only_the_parallelism_of_that_app_and_carries_the_evidence(
+        world: tuple[Repo, Reconciler]) -> None:
+    repo, rec = world
+    head = rec.source.head()
+    la = rec.load(head).apps["auto"]
+    sha = write_commit(rec, head, la, ADVICE, branch="main")
+    assert git(repo.origin, "rev-parse", "main") == sha
+    assert git(repo.origin, "rev-parse", f"{sha}^") == head  # fast-forward on top of what was read
+    diff = git(repo.origin, "diff", head, sha)
+    changed = [line for line in diff.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert changed == ["-    parallelism: 1   # the autoscaler's field",
+                       "+    parallelism: 2   # the autoscaler's field"]
+    message = git(repo.origin, "log", "-1", "--format=%B", sha)
+    assert message.startswith("autoscale(auto): parallelism 1 -> 2\n\nscale up 1 -> 2: busy\n")
+    assert "count   1    2         100%" in message and "Autoscaled-by: flink-reconciler" in message
+    assert message.strip() == commit_message("auto", ADVICE, 0.7).strip()
+
+
+def test_a_branch_that_moved_is_never_overwritten(world: tuple[Repo, Reconciler]) -> None:
+    repo, rec = world
+    head = rec.source.head()
+    la = rec.load(head).apps["auto"]
+    repo.write("README.md", "a human commit meanwhile\n")
+    moved = repo.commit("meanwhile")
+    with pytest.raises(SourceError, match="moved while the commit was written"):
+        write_commit(rec, head, la, ADVICE, branch="main")
+    assert git(repo.origin, "rev-parse", "main") == moved
+
+
+def test_a_proposal_goes_to_its_own_branch_and_a_newer_one_replaces_it(world: tuple[Repo, Reconciler]) -> None:
+    repo, rec = world
+    head = rec.source.head()
+    la = rec.load(head).apps["auto"]
+    first = write_commit(rec, head, la, ADVICE, branch="autoscale/auto")
+    assert git(repo.origin, "rev-parse", "main") == head  # main untouched
+    assert git(repo.origin, "rev-parse", "autoscale/auto") == first
+    three = Advice(**{**ADVICE.__dict__, "proposed": 3, "reason": "scale up 1 -> 3"})
+    second = write_commit(rec, head, la, three, branch="autoscale/auto")
+    assert git(repo.origin, "rev-parse", "autoscale/auto") == second != first
+    with pytest.raises(SourceError, match="cannot be the tracked branch"):
+        rec.source.push_proposal(second, "main")
