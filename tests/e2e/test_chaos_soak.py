@@ -42,7 +42,6 @@ def test_a_short_seeded_soak_converges_every_round_and_loses_no_state(
     assert fig["faults"].get("daemon", 0) >= 1, fig["faults"]
     assert fig["skipped_faults"] == [], fig["skipped_faults"]
     assert fig["daemon_starts"] >= 2
-    assert any(f.get("injected") for r in fig["round_log"] for f in r["faults"]), fig["round_log"]
 
 
 def test_counts_back_within_a_checkpoint_replay_are_replays_and_beyond_it_state_lost() -> None:
