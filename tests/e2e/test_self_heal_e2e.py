@@ -169,7 +169,8 @@ def test_a_killed_jobmanager_gets_a_new_cluster_and_the_job_restores_its_newest_
     lineage = env.cli("history", "heal")["lineage"]
     # The repair that started the running job (a later process-only repair, if any, starts no job).
     started = [e for e in lineage if e["action"] == "repair" and e.get("job_id") == job2.job_id]
-    assert started and "/chk-" in (started[-1]["restored_from"] or ""), lineage
+    brief = [(e["action"], e["outcome"], (e.get("job_id") or "-")[:8], e.get("restored_from")) for e in lineage]
+    assert started and "/chk-" in (started[-1]["restored_from"] or ""), (job.job_id[:8], job2.job_id[:8], brief)
     status = {r["app"]: r for r in env.cli("status")}
     assert status["heal"]["state"] == "RUNNING" and status["heal"]["outcome"] == "success", status
 
