@@ -168,7 +168,9 @@ def test_a_killed_jobmanager_gets_a_new_cluster_and_the_job_restores_its_newest_
     assert len([j for j in env.jobs("heal") if j["state"] == "RUNNING"]) == 1
     lineage = env.cli("history", "heal")["lineage"]
     # The repair that started the running job (a later process-only repair, if any, starts no job).
-    started = [e for e in lineage if e["action"] == "repair" and e.get("job_id") == job2.job_id]
+    # (Under load its first checkpoint can miss the step's deadline: the repair is then a failure whose job runs on.)
+    started = [e for e in lineage if e["action"] == "repair" and job2.job_id in (e.get("job_id"),
+                                                                                e.get("submitted_job_id"))]
     brief = [(e["action"], e["outcome"], (e.get("job_id") or "-")[:8], e.get("restored_from")) for e in lineage]
     assert started and "/chk-" in (started[-1]["restored_from"] or ""), (job.job_id[:8], job2.job_id[:8], brief)
     status = {r["app"]: r for r in env.cli("status")}
