@@ -388,7 +388,7 @@ def _create(ctx: Ctx) -> AppPlan:
                                             "delete that cluster, or set spec.job.initialSavepointPath to the "
                                             "savepoint to start from.")
     what = "no record of this app" if ctx.inp.records.get(ctx.name) is None else "no applied spec of this app on record"
-    found = restore_when_not_running(ctx, what, trust_savepoints=True)
+    found = restore_when_not_running(ctx, what)
     if isinstance(found, AppPlan):
         return found
     restore, risks, src = found
@@ -534,8 +534,7 @@ def _resume(ctx: Ctx) -> AppPlan:
         return ctx.app_plan(Action.RESUME, f"resume from the savepoint taken at suspend ({sp.path})",
                             steps=tuple(ctx_start_steps(ctx, Restore(kind=RestoreKind.PATH, path=sp.path), ctx.job_id)))
     # The record lost its savepoint: the suspend savepoint is still the newest state wherever it is found.
-    found = restore_when_not_running(ctx, "resuming a suspended app with no recorded savepoint",
-                                      trust_savepoints=True)
+    found = restore_when_not_running(ctx, "resuming a suspended app with no recorded savepoint")
     if isinstance(found, AppPlan):
         return found
     restore, risks, src = found

@@ -81,8 +81,7 @@ def of_lineage(c: Checkpoint, known: set[str]) -> bool:
     return True
 
 
-def restore_when_not_running(ctx: Ctx, what: str, *, trust_savepoints: bool = False
-                              ) -> tuple[Restore, tuple[str, ...], Found | None] | AppPlan:
+def restore_when_not_running(ctx: Ctx, what: str) -> tuple[Restore, tuple[str, ...], Found | None] | AppPlan:
     """No savepoint can be taken (no job runs): restore from the newest state of the app's own lineage, as Flink's
     HA does (the latest completed checkpoint, or a savepoint when that is newer). Blocked, with an instruction,
     only when no state can be found safely: none at all for an app that had some, storage that cannot be read,
