@@ -166,13 +166,19 @@ def test_a_killed_jobmanager_gets_a_new_cluster_and_the_job_restores_its_newest_
     job2, _ = env.wait_counting("heal", before, timeout=180)
     assert job2.job_id != job.job_id, "a JobManager without HA forgets its job: a new one restores the state"
     assert len([j for j in env.jobs("heal") if j["state"] == "RUNNING"]) == 1
-    lineage = env.cli("history", "heal")["lineage"]
-    # The repair that started the running job (a later process-only repair, if any, starts no job).
-    # (Under load its first checkpoint can miss the step's deadline: the repair is then a failure whose job runs on.)
-    started = [e for e in lineage if e["action"] == "repair" and job2.job_id in (e.get("job_id"),
-                                                                                e.get("submitted_job_id"))]
-    brief = [(e["action"], e["outcome"], (e.get("job_id") or "-")[:8], e.get("restored_from")) for e in lineage]
-    assert started and "/chk-" in (started[-1]["restored_from"] or ""), (job.job_id[:8], job2.job_id[:8], brief)
+
+    def started_by_repair() -> list[dict[str, Any]] | None:
+        # The repair that started the running job; its history entry is written when the repair ends (after the
+        # job counts again: it waits for a checkpoint). A later process-only repair, if any, starts no job.
+        # (Under load its first checkpoint can miss the step's deadline: the repair is then a failure whose job
+        # runs on.)
+        lineage = env.cli("history", "heal")["lineage"]
+        return [e for e in lineage if e["action"] == "repair" and job2.job_id in (e.get("job_id"),
+                                                                                  e.get("submitted_job_id"))] or None
+
+    started = poll(started_by_repair, timeout=120, interval=1, what="the repair's history entry",
+                   alive=env.daemon.died)
+    assert "/chk-" in (started[-1]["restored_from"] or ""), (job.job_id[:8], job2.job_id[:8], started)
     status = {r["app"]: r for r in env.cli("status")}
     assert status["heal"]["state"] == "RUNNING", status
     assert status["heal"]["outcome"] == ("success" if started[-1]["outcome"] == "success" else "failure"), status
