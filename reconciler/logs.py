@@ -26,11 +26,12 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import IO, Any, Literal
 
+from reconciler.redaction import REDACTED, mask_config
+
 _app: ContextVar[str | None] = ContextVar("log_app", default=None)
 _revision: ContextVar[str | None] = ContextVar("log_revision", default=None)
 
 CONTEXT_FIELDS = ("app", "revision")
-REDACTED = "***"
 
 # scheme://<anything but / @ whitespace quotes>@  -> the user-info of a URL, with or without a password
 _URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^/@\s\"'<>\\]+@", re.IGNORECASE)
@@ -86,29 +87,18 @@ def redact(text: str) -> str:
     return _URL_USERINFO.sub(r"\1" + REDACTED + "@", text)
 
 
-# Flink's own rule (GlobalConfiguration.isSensitive), plus the cloud key names that turn up in
-# flinkConfiguration: a key containing any of these (case-insensitive) holds a secret value.
-SENSITIVE_KEY_PARTS = ("password", "secret", "token", "apikey", "api-key", "api_key", "auth-params", "service-key",
-                       "basic-auth", "jaas.config", "http-headers", "account.key", "access-key", "access.key",
-                       "private-key", "private.key", "credential")
-
-
-def looks_secret(key: str) -> bool:
-    """Whether a configuration key (a flinkConfiguration entry, an env var name) names a secret value."""
-    k = key.lower()
-    return any(part in k for part in SENSITIVE_KEY_PARTS)
-
-
 def redact_config(value: Any, key: str = "") -> Any:
     """`value` (a spec, a flinkConfiguration map, one entry's value under `key`) with the values of
-    secret-looking keys replaced by `***`, at any depth; every other string through `redact()`."""
+    secret-looking keys replaced by `***`, at any depth (`redaction.mask_config`); every other string
+    through `redact()`."""
+    return _redact_strings(mask_config(value, key))
+
+
+def _redact_strings(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: REDACTED if looks_secret(str(k)) and v not in (None, "") else redact_config(v, str(k))
-                for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact_config(v, key) for v in value]
-    if key and looks_secret(key) and value not in (None, ""):
-        return REDACTED
+        return {k: _redact_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_strings(v) for v in value]
     return redact(value) if isinstance(value, str) else value
 
 

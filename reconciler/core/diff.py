@@ -15,6 +15,7 @@ from jsonpointer import resolve_pointer
 from pydantic import BaseModel
 
 from reconciler.core.plan import FieldChange
+from reconciler.redaction import REDACTED, looks_secret, mask_config
 from reconciler.spec.model import ChangeClass, FlinkApp
 
 _MISSING = object()
@@ -29,12 +30,12 @@ def diff(old: dict[str, Any] | None, new: dict[str, Any]) -> tuple[FieldChange, 
     for op in ops:
         kind = op["op"]
         if kind == "move":  # jsonpatch folds remove+add of equal values; unfold for reviewers
-            out.append(_change("remove", op["from"], old))
-            out.append(_change("add", op["path"], old, new_value=op.get("value", _value(new, op["path"]))))
+            out.append(_change("remove", op["from"], old, new))
+            out.append(_change("add", op["path"], old, new, new_value=op.get("value", _value(new, op["path"]))))
         elif kind == "copy":
-            out.append(_change("add", op["path"], old, new_value=_value(new, op["path"])))
+            out.append(_change("add", op["path"], old, new, new_value=_value(new, op["path"])))
         elif kind in ("add", "remove", "replace"):
-            out.append(_change(kind, op["path"], old, new_value=op.get("value", _MISSING)))
+            out.append(_change(kind, op["path"], old, new, new_value=op.get("value", _MISSING)))
     return tuple(sorted(out, key=lambda c: c.path))
 
 
@@ -42,15 +43,32 @@ def highest_class(changes: tuple[FieldChange, ...]) -> ChangeClass:
     return max((c.change_class for c in changes), default=ChangeClass.IGNORE)
 
 
-def _change(kind: str, path: str, old: dict[str, Any], new_value: Any = _MISSING) -> FieldChange:
+def _change(kind: str, path: str, old: dict[str, Any], new: dict[str, Any], new_value: Any = _MISSING) -> FieldChange:
     before = _value(old, path) if kind in ("remove", "replace") else None
     return FieldChange(
         op=kind,
         path=path,
-        old=None if before is _MISSING else before,
-        new=None if new_value is _MISSING else new_value,
+        old=_shown((old, new), path, None if before is _MISSING else before),
+        new=_shown((old, new), path, None if new_value is _MISSING else new_value),
         change_class=class_of(path),
     )
+
+
+def _shown(docs: tuple[dict[str, Any], dict[str, Any]], path: str, value: Any) -> Any:
+    """What a reviewer sees of a changed value: a secret (by its key, at any depth, or as the value of an env entry
+    whose name looks secret) is masked. A diff is display only; the plan carries the spec itself."""
+    tokens = pointer_tokens(path)
+    if value is None:
+        return None
+    if any(looks_secret(t) for t in tokens):
+        return REDACTED
+    if tokens and tokens[-1] == "value":  # {name: AWS_SECRET_ACCESS_KEY, value: ...}, named before or after
+        parent = path.rsplit("/", 1)[0]
+        for doc in docs:
+            entry = _value(doc, parent)
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str) and looks_secret(entry["name"]):
+                return REDACTED
+    return mask_config(value)
 
 
 def _value(doc: dict[str, Any], path: str) -> Any:

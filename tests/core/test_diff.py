@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from reconciler.core.diff import class_of, diff, highest_class
@@ -86,3 +88,36 @@ def test_spec_hash_is_one_function_of_spec_only() -> None:
     assert spec_hash(a.canonical()) == a.spec_hash
     assert with_meta(a, labels={"x": "y"}).spec_hash == a.spec_hash
     assert app(job={"parallelism": 3}).spec_hash != a.spec_hash
+
+
+_ENV = {"spec": {"containers": [{"name": "flink-main-container", "env": [
+    {"name": "AWS_SECRET_ACCESS_KEY", "value": "old-secret-value"}, {"name": "LOG_LEVEL", "value": "INFO"}]}]}}
+
+
+@pytest.mark.parametrize(("old_spec", "new_spec", "expected"), [
+    # a secret flinkConfiguration value, changed, added, removed: the key shows, the value never does
+    ({"flinkConfiguration": {"s3.secret-key": "hunter2"}}, {"flinkConfiguration": {"s3.secret-key": "hunter3"}},
+     [("replace", "/spec/flinkConfiguration/s3.secret-key", "***", "***")]),
+    ({}, {"flinkConfiguration": {"fs.azure.account.key.acct.blob.core.windows.net": "k3y"}},
+     [("add", "/spec/flinkConfiguration/fs.azure.account.key.acct.blob.core.windows.net", None, "***")]),
+    ({"flinkConfiguration": {"a": "1", "security.ssl.rest.keystore-password": "pw"}},
+     {"flinkConfiguration": {"a": "1"}},
+     [("remove", "/spec/flinkConfiguration/security.ssl.rest.keystore-password", "***", None)]),
+    # an env entry whose name looks secret: its value is masked, its neighbours are not
+    ({"podTemplate": _ENV}, {"podTemplate": {"spec": {"containers": [{"name": "flink-main-container", "env": [
+        {"name": "AWS_SECRET_ACCESS_KEY", "value": "new-secret-value"}, {"name": "LOG_LEVEL", "value": "DEBUG"}]}]}}},
+     [("replace", "/spec/podTemplate/spec/containers/0/env/0/value", "***", "***"),
+      ("replace", "/spec/podTemplate/spec/containers/0/env/1/value", "INFO", "DEBUG")]),
+    ({}, {"podTemplate": _ENV},
+     [("replace", "/spec/podTemplate", None, {"spec": {"containers": [{"name": "flink-main-container", "env": [
+         {"name": "AWS_SECRET_ACCESS_KEY", "value": "***"}, {"name": "LOG_LEVEL", "value": "INFO"}]}]}})]),
+    # an ordinary key keeps its values
+    ({"flinkConfiguration": {"parallelism.default": "1"}}, {"flinkConfiguration": {"parallelism.default": "2"}},
+     [("replace", "/spec/flinkConfiguration/parallelism.default", "1", "2")]),
+])
+def test_a_diff_never_shows_a_secret_value(old_spec: dict[str, Any], new_spec: dict[str, Any],
+                                           expected: list[tuple[str, str, object, object]]) -> None:
+    """A plan is posted on pull requests and kept in notes: masked like the logs and the dashboard."""
+    changes = diff(app(**old_spec).canonical(), app(**new_spec).canonical())
+    assert [(c.op, c.path, c.old, c.new) for c in changes] == expected
+    assert "secret-value" not in str([c.model_dump() for c in changes]) and "hunter" not in str(changes)

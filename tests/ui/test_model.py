@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from reconciler.core.observed import AppRecord, Outcome
-from reconciler.logs import REDACTED, looks_secret, redact_config
+from reconciler.logs import redact_config
+from reconciler.redaction import REDACTED, looks_secret
 from reconciler.spec.load import load_files
 from reconciler.ui.forge import commit_url
 from reconciler.ui.model import AppRow, Query, select, sync_state
