@@ -823,6 +823,22 @@ class Journal:
 
         self._update(app, fn, create=False)
 
+    def mark_recovered(self, app: str, *, job_id: str, message: str) -> None:
+        """A repair that failed only because its job checkpointed after the step's deadline: the job runs and
+        checkpoints now, so the app's outcome is success again (one history line), not a failure until the next
+        Git change. Only while the record still says so (a newer execution wins)."""
+
+        def fn(doc: Doc) -> None:
+            r = doc.get("record") or {}
+            if r.get("last_action") != "repair" or r.get("last_outcome") != Outcome.FAILURE.value or doc.get(
+                    "inflight"):
+                return
+            r.update(last_outcome=Outcome.SUCCESS.value, last_message=message, job_id=job_id)
+            self._transition(doc, r.get("last_attempted_revision"), "recovered", outcome=Outcome.SUCCESS,
+                             message=message)
+
+        self._update(app, fn, create=False)
+
     def _transition(self, doc: Doc, revision: str | None, action: str, *, outcome: Outcome | None,
                     message: str | None) -> None:
         lines = doc.setdefault("transitions", [])

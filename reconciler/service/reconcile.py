@@ -24,7 +24,16 @@ from pydantic import ValidationError
 from reconciler.apply.executor import AppResult, Executor, StepEvent
 from reconciler.apply.journal import Journal, broken_reason
 from reconciler.clock import Clock
-from reconciler.core.observed import AppRecord, ClusterPhase, JobPhase, LiveState, Outcome, Records, SavepointRecord
+from reconciler.core.observed import (
+    AppRecord,
+    ClusterPhase,
+    JobPhase,
+    LiveApp,
+    LiveState,
+    Outcome,
+    Records,
+    SavepointRecord,
+)
 from reconciler.core.plan import Action, AppPlan, Plan, reason_key
 from reconciler.core.planner import ADOPTED_RUNNING, Desired, PlanInput, Policy, desired_from
 from reconciler.core.session_planner import plan_with_sessions
@@ -320,14 +329,33 @@ class Reconciler:
             if self.journal.inflight(name) is not None:
                 continue
             healthy = la.job is JobPhase.RUNNING
+            if healthy and self._late_repair(name, rec, la):
+                apps[name] = rec.model_copy(update={"last_outcome": Outcome.SUCCESS, "job_id": la.job_id})
             if healthy == (rec.unhealthy_since is None):
                 continue
             try:
                 self.journal.mark_health(name, healthy=healthy)
             except ReconcilerError as e:  # only the grace period's start is lost: the next pass writes it
                 log.warning("%s: cannot record its health: %s", name, e)
-            apps[name] = rec.model_copy(update={"unhealthy_since": None if healthy else now})
+            apps[name] = apps[name].model_copy(update={"unhealthy_since": None if healthy else now})
         return Records(apps=apps) if apps != records.apps else records
+
+    def _late_repair(self, name: str, rec: AppRecord, la: LiveApp) -> bool:
+        """A failed repair whose job runs and has checkpointed since (its first checkpoint came after the step's
+        deadline, as on a loaded machine): recorded as recovered. Any other failure stays until Git changes."""
+        if rec.last_action != Action.REPAIR.value or rec.last_outcome is not Outcome.FAILURE:
+            return False
+        if la.job_id is None or la.job_id not in (rec.job_id, *rec.job_ids) or la.latest_checkpoint is None:
+            return False
+        try:
+            self.journal.mark_recovered(name, job_id=la.job_id, message=(
+                f"recovered: job {la.job_id} runs and completed checkpoint {la.latest_checkpoint.path} after the "
+                "repair's deadline"))
+        except ReconcilerError as e:
+            log.warning("%s: cannot record that its repair recovered: %s", name, e)
+            return False
+        log.info("%s: the repair's job runs and checkpoints now: recovered", name)
+        return True
 
     def _standby_refused(self, desired: Desired, previous: dict[str, FlinkApp], names: set[str]) -> dict[str, str]:
         """Apps whose changed spec could not get a warm standby now (the namespace quota): planned cold. Asked
