@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need, then runs the static checks and the whole test suite.
-# Extra arguments go to pytest (e.g. `bash scripts/test.sh -k planner`).
+# Extra arguments go to pytest (e.g. `bash scripts/test.sh -k planner`). FLINK_RECONCILER_TEST_WORKERS sets
+# how many pytest-xdist workers run (default 2).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
@@ -18,8 +19,10 @@ for arg in "$@"; do
   esac
 done
 
+# Two workers (tests/conftest.py keeps every real-Flink module on one of them, in order); the caller's own
+# -n wins (e.g. `-n 0` for one process). The slowest tests are listed at the end.
 set +e
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest -n "${FLINK_RECONCILER_TEST_WORKERS:-2}" --dist loadgroup --durations=25 "$@"
 rc=$?
 set -e
 # pytest exits 5 when it collected nothing. A filter that matches nothing is the caller's business;

@@ -31,13 +31,15 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(project / "scripts" / "test.sh"), *args, "-p", "no:cacheprovider"],
+def run(project: Path, *args: str, workers: bool = False) -> subprocess.CompletedProcess[str]:
+    """test.sh as CI runs it (`workers`: its pytest-xdist workers), or in one process (quicker)."""
+    one = () if workers else ("-n", "0")
+    return subprocess.run(["bash", str(project / "scripts" / "test.sh"), *args, *one, "-p", "no:cacheprovider"],
                           check=False, cwd=project, capture_output=True, text=True, timeout=120)
 
 
 def test_a_bare_run_that_collects_nothing_fails(project: Path) -> None:
-    res = run(project)
+    res = run(project, workers=True)
     assert res.returncode == 5, res.stdout + res.stderr
     assert "error: pytest collected no tests" in res.stderr
 
@@ -60,6 +62,6 @@ def test_a_filter_that_matches_nothing_in_a_real_suite_succeeds(project: Path) -
 
 def test_test_results_pass_through(project: Path) -> None:
     (project / "tests" / "test_x.py").write_text("def test_y() -> None:\n    assert True\n")
-    assert run(project).returncode == 0
+    assert run(project, workers=True).returncode == 0
     (project / "tests" / "test_x.py").write_text("def test_y() -> None:\n    assert False\n")
-    assert run(project).returncode == 1
+    assert run(project, workers=True).returncode == 1
