@@ -220,6 +220,8 @@ def test_a_deleted_jobmanager_deployment_restarts_the_same_job_from_its_ha_data(
     wait_until(lambda: heal.w.runtime.kube.get("Deployment", heal.w.ns, f"{APP}-jobmanager") is None, timeout=10,
                what="the JobManager Deployment gone")
     heal.heal_until(before, job=job)
-    assert heal.repairs("jobmanager") == 1
+    # One repair brings it back; on a loaded machine a pass may still see the new JobManager pod not ready just
+    # after it and repeat the (idempotent) EnsureCluster: never more, and never a new job (checked above).
+    assert 1 <= heal.repairs("jobmanager") <= 2
     restored = heal.w.restored(job)
     assert restored is not None and "/chk-" in restored["external_path"], restored
