@@ -162,10 +162,11 @@ class LocalRuntime:
         info = ClusterInfo(app=app, phase=ClusterPhase.STARTING, rest_url=rec.rest_url, spec_hash=rec.spec_hash,
                            session=rec.session,
                            **self._others(app, rec))
-        if not self._alive(rec.jobmanager.pid, rec.marker):
+        # A process this runtime just spawned may not have exec'ed yet (no marker on its command line): starting.
+        if not self._alive(rec.jobmanager.pid, rec.marker) and not self._execing(rec.jobmanager.pid):
             reason = self._exit_reason(rec, rec.jobmanager)
             return _with(info, phase=ClusterPhase.FAILED, message=f"JobManager is not running: {reason}")
-        dead = [p for p in rec.taskmanagers if not self._alive(p.pid, rec.marker)]
+        dead = [p for p in rec.taskmanagers if not self._alive(p.pid, rec.marker) and not self._execing(p.pid)]
         try:
             ov = self._client(rec.rest_url, timeout=3.0).overview()
         except FlinkRestError as e:
