@@ -4,13 +4,14 @@ branch tip their last pass loaded, their app states), on the daemon's HTTP port.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from reconciler.apply.journal import Journal
 from reconciler.clock import Clock
 from reconciler.daemon.ports import ReconcileService
 from reconciler.daemon.shards import ShardedService
 from reconciler.errors import SpecError
+from reconciler.live.ports import Runtime
 from reconciler.service.factories import make_policy
 from reconciler.service.reconcile import Reconciler
 from reconciler.settings import Settings
@@ -64,15 +65,21 @@ def dashboard_for(service: ReconcileService, settings: Settings, clock: Clock) -
             out.update(r.app_states())
         return out
 
-    # A sharded replica's shards come and go: its pages show no live job (the records still say which ran).
-    runtime = service.runtime if isinstance(service, Reconciler) else None
-    read = ReadSide(journals=journals, tip=tip, clock=clock, runtime=runtime, pass_states=states, source=source,
+    def runtimes() -> list[tuple[Runtime, Callable[[str], bool]]]:
+        """The runtime of each shard this replica holds now (they come and go), with the apps it owns."""
+        return [(r.runtime, r.shard.owns if r.shard else _every) for r in reconcilers() if r.runtime is not None]
+
+    read = ReadSide(journals=journals, tip=tip, clock=clock, runtime=runtimes, pass_states=states, source=source,
                     repo_url=settings.repo_url, subdir=settings.path,
                     policy=dataclasses.replace(make_policy(settings),
                                                warm_standby=settings.runtime in ("local", "kubernetes")),
                     spec_policy=SpecPolicy(settings.spec_policy), mode="daemon")
     token = settings.ui_auth.get_secret_value() if settings.ui_auth is not None else None
     return Dashboard(read, auth=UiAuth.parse(token))  # rows are built on the first page asked for
+
+
+def _every(_app: str) -> bool:
+    return True
 
 
 def _merged(parts: list[LoadResult]) -> LoadResult:

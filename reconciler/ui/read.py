@@ -45,6 +45,8 @@ from reconciler.ui.model import (
 log = logging.getLogger(__name__)
 
 ROWS_TTL_S = 1.0  # the overview's rows are at most this old (plus one rebuild) when served
+# A sharded daemon's runtimes: one per shard this replica holds now, with the predicate of the apps it owns.
+RuntimesByShard = Callable[[], Sequence[tuple[Runtime, Callable[[str], bool]]]]
 LIVE_TTL_S = 2.0  # a page refreshed every second asks the runtime at most this often per app
 FINAL_ACTIONS = frozenset({"delete", "suspend"})
 
@@ -93,7 +95,7 @@ class ReadSide:
     """Everything a page shows, from the one place each thing is kept."""
 
     def __init__(self, *, journals: Callable[[], Sequence[Journal]], tip: Callable[[], Tip | None],
-                 clock: Clock, runtime: Runtime | None = None,
+                 clock: Clock, runtime: Runtime | RuntimesByShard | None = None,
                  pass_states: Callable[[], Mapping[str, tuple[str, str]]] | None = None,
                  source: GitSource | None = None, repo_url: str | None = None, subdir: str = "",
                  policy: Policy | None = None, spec_policy: SpecPolicy = SpecPolicy.RESTRICTED,
@@ -181,19 +183,26 @@ class ReadSide:
         return Overview(sel, tip, self.live([r.name for r in sel.rows]))
 
     def live(self, names: Sequence[str]) -> dict[str, LiveInfo]:
-        """The job of each named app as the runtime shows it now (cached for LIVE_TTL_S); nothing in a dry run."""
+        """The job of each named app as the runtime shows it now (cached for LIVE_TTL_S); nothing in a dry run.
+        A sharded daemon asks each app's own shard's runtime (`runtime` is then a callable: the shards this replica
+        holds now, each with the apps it owns)."""
         if self.runtime is None or not names:
             return {}
         now = time.monotonic()
         stale = [n for n in names if (hit := self._live.get(n)) is None or now - hit[0] > LIVE_TTL_S]
         if stale:
-            try:
-                state = observe(self.runtime, stale)
-            except ReconcilerError as e:
-                log.warning("dashboard: cannot observe the runtime: %s", e)
-                state = None
+            found: dict[str, LiveApp] = {}
+            shards = self.runtime() if callable(self.runtime) else [(self.runtime, lambda _n: True)]
+            for runtime, owns in shards:
+                mine = [n for n in stale if n not in found and owns(n)]
+                if not mine:
+                    continue
+                try:
+                    found.update(observe(runtime, mine).apps)
+                except ReconcilerError as e:
+                    log.warning("dashboard: cannot observe the runtime: %s", e)
             for n in stale:
-                la = state.apps.get(n) if state is not None else None
+                la = found.get(n)
                 self._live[n] = (now, _live_info(la) if la is not None else None)
         return {n: info for n in names if (info := self._live[n][1]) is not None}
 

@@ -18,6 +18,7 @@ import pytest
 
 from reconciler.apply.journal import Journal
 from reconciler.clock import FakeClock
+from reconciler.daemon.dashboard import dashboard_for
 from reconciler.daemon.ports import AsksForPasses
 from reconciler.daemon.shards import ShardedService, ShardLeases, member_lease_name, quota
 from reconciler.errors import ConfigError, FencedError
@@ -29,6 +30,7 @@ from reconciler.service.reconcile import Reconciler
 from reconciler.service.sharding import Shard, ShardRecordStore, shard_of
 from reconciler.settings import load_settings
 from reconciler.source.git import GitSource
+from tests.apply.fakes import FakeRuntime, make_app
 from tests.gitutil import Repo, spec
 from tests.kubernetes.conftest import Cluster
 
@@ -467,3 +469,39 @@ def test_a_shard_lost_and_taken_again_between_two_passes_is_rebuilt_from_the_clu
     after = svc.reconcilers()
     assert after[i] is not before[i]
     assert all(after[k] is before[k] for k in range(SHARDS) if k != i)
+
+
+def test_the_dashboard_of_a_sharded_replica_shows_the_live_job_of_every_app_its_shards_own(
+        cluster: Cluster, fake: FakeClock, tmp_path: Path) -> None:
+    """Each app's job is asked of its own shard's runtime: the pages of a `shard: auto` replica show live jobs."""
+    (tmp_path / "repo").mkdir()
+    repo = Repo(tmp_path / "repo")
+    apps = APPS[:8]
+    for app in apps:
+        repo.write(f"apps/{app}.yaml", spec(app))
+    repo.commit("eight apps")
+    runtime = FakeRuntime(fake)
+    jobs = {app: f"{k:032x}" for k, app in enumerate(apps)}
+    for app, job in jobs.items():
+        runtime.seed_job(make_app(app), job)
+    leases = replica(cluster, "pod-0")
+    state = tmp_path / "state"
+    records = FileRecordStore(tmp_path / "records")
+
+    def make(shard: Shard, src: GitSource) -> Reconciler:
+        journal = Journal(state / "journal", cluster.clock, store=ShardRecordStore(records, shard))
+        return Reconciler(source=src, runtime=runtime, journal=journal, clock=cluster.clock,  # type: ignore[arg-type]
+                          subdir="apps", shard=shard, leader=lambda: leases.holds(shard.index))
+
+    svc = ShardedService(leases, GitSource(str(repo.origin), state / "git", branch="main"), make)
+    for _ in range(SHARDS + 2):  # a lone replica takes one more shard each round
+        leases.tick()
+        svc.sync(full=True, reason="poll")
+        fake.advance(TICK)
+    assert len(svc.reconcilers()) == SHARDS
+    jobs = {app: runtime.running_jobs(app)[0] for app in apps}  # as seeded, or as the passes left them
+    dash = dashboard_for(svc, load_settings({"repo_url": str(repo.origin), "runtime": "local"}), cluster.clock)
+    assert dash is not None
+    live = dash.read.live(apps)
+    assert {app: info.job_id for app, info in live.items()} == jobs
+    assert {info.state for info in live.values()} == {"RUNNING"}
