@@ -490,7 +490,7 @@ def test_the_dashboard_of_a_sharded_replica_shows_the_live_job_of_every_app_its_
 
     def make(shard: Shard, src: GitSource) -> Reconciler:
         journal = Journal(state / "journal", cluster.clock, store=ShardRecordStore(records, shard))
-        return Reconciler(source=src, runtime=runtime, journal=journal, clock=cluster.clock,  # type: ignore[arg-type]
+        return Reconciler(source=src, runtime=runtime, journal=journal, clock=cluster.clock,
                           subdir="apps", shard=shard, leader=lambda: leases.holds(shard.index))
 
     svc = ShardedService(leases, GitSource(str(repo.origin), state / "git", branch="main"), make)
