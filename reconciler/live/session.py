@@ -138,6 +138,9 @@ class SessionRuntime:
         self._clusters: set[str] = set()  # session clusters named in Git or by an applied spec
         self._suspended: frozenset[str] = frozenset()
         self._standby_locks: dict[str, threading.Lock] = {}
+        # (cluster, generation) -> apps of this process whose move there began (start_standby) and has not been
+        # undone (discard_standby): a job still to stop and start there keeps the new cluster from another's undo
+        self._movers: dict[tuple[str, str], set[str]] = {}
 
     def _standby_lock(self, cluster: str) -> threading.Lock:
         with self._lock:
@@ -324,6 +327,7 @@ class SessionRuntime:
         # (out of the downtime); the others find it running, and do not hold the cluster's lock for a warm-up
         # while a job that already stopped waits to be promoted.
         with self._standby_lock(cluster):  # the apps of one move run on threads: one starts it, the others find it
+            self._movers.setdefault((cluster, generation), set()).add(app.name)
             started = any(g.generation == generation for g in self.host.session_generations(cluster))
             info = self.host.start_standby(cluster_app(cluster, app), generation=generation, deadline=deadline,
                                            jar=None if started else jar)
@@ -349,10 +353,34 @@ class SessionRuntime:
         if cluster is None:
             self.host.discard_standby(app, generation=generation, deadline=deadline)
             return
-        for g in self.host.session_generations(cluster):
-            if g.generation == generation and _live_jobs(g.client):
-                return  # other jobs moved there already: it stays; this app goes back to the old cluster alone
-        self.host.discard_standby(cluster, generation=generation, deadline=deadline)
+        with self._standby_lock(cluster):
+            movers = self._movers.get((cluster, generation), set())
+            movers.discard(app)
+            waiting = self._bound_for(cluster, generation, app, movers)
+            if waiting:
+                log.info("session cluster %s: %s goes back to the old cluster; the new one (%s) stays for %s",
+                         cluster, app, generation, ", ".join(waiting))
+                return
+            self._movers.pop((cluster, generation), None)
+            self.host.discard_standby(cluster, generation=generation, deadline=deadline)
+
+    def _bound_for(self, cluster: str, generation: str, app: str, movers: Collection[str]) -> list[str]:
+        """Who still needs cluster `generation` when `app`'s move to it is undone: the jobs that run on it, and the
+        other apps still to get there, a job stopped on the old cluster and not started again (its start, or its
+        rollback, may need either cluster; this also finds a move resumed after a crash) and a move this process
+        began that has neither arrived nor been undone. Empty: nobody, and the old cluster may be live again."""
+        gens = self.host.session_generations(cluster)
+        members = self.members(cluster)
+        there = [next((m for m in members if is_job_of(j.job_id, m)), f"job {j.job_id}")
+                 for g in gens if g.generation == generation for j in _live_jobs(g.client)]
+        if there:
+            return sorted(there)
+        seen = [(g, j) for g in gens for j in g.client.jobs()]
+        live = {m for _, j in seen if j.state.upper() not in TERMINAL for m in members if is_job_of(j.job_id, m)}
+        stopped = {m for g, j in seen if g.generation != generation and j.state.upper() == "FINISHED"
+                   for m in members if is_job_of(j.job_id, m)}
+        others = set(members) - {app} - self._suspended
+        return sorted(((stopped - live) | set(movers)) & others)
 
     def delete_retired(self, app: str, *, deadline: float) -> None:
         cluster = self.session_of(app)
@@ -362,6 +390,9 @@ class SessionRuntime:
         gens = self.host.session_generations(cluster)
         live = next((g for g in gens if g.slot == "cluster"), None)
         retired = next((g for g in gens if g.slot == "retired"), None)
+        if live is not None:
+            with self._standby_lock(cluster):  # this app's move arrived: it no longer holds the new cluster
+                self._movers.get((cluster, live.generation), set()).discard(app)
         if retired is None:
             return
         if _live_jobs(retired.client):

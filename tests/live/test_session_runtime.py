@@ -213,3 +213,30 @@ def test_removing_an_app_leaves_the_cluster(rt: SessionRuntime, host: Host) -> N
     assert host.slots["cluster"][2].calls == [("cancel", job_of("a"))] and not host.calls
     rt.delete_cluster("shared", deadline=10)  # the session cluster itself (its plan entry, after its apps)
     assert host.calls == [("delete", "shared")]
+
+
+def test_an_undone_move_keeps_the_new_cluster_while_another_job_is_on_its_way(rt: SessionRuntime, host: Host) -> None:
+    """a's job fails on the new cluster while b is stopped on the old one and not started yet (the apps of a move
+    run side by side): a goes back alone, and the new cluster stays for b's start."""
+    for name in ("a", "b"):
+        rt.start_standby(session_app(name, "2g"), generation="g2", deadline=10)
+    old = host.slots["cluster"][2]
+    old.jobs_.update({job_of("a"): "FINISHED", job_of("b"): "FINISHED"})
+    rt.promote_standby("a", generation="g2", deadline=10)
+    rt.discard_standby("a", generation="g2", deadline=10)
+    assert not [c for c in host.calls if c[0] == "discard"]
+    rt.start_job(session_app("b", "2g"), job_id=job_of("b", 2), jar=Path(__file__), restore_path="file:///sp/b/1",
+                 allow_non_restored_state=False, deadline=10)
+    assert job_of("b", 2) in host.slots["cluster"][2].jobs_  # b arrived on the new cluster
+
+
+def test_an_undone_move_keeps_the_new_cluster_for_a_move_begun_and_the_last_undo_discards_it(
+        rt: SessionRuntime, host: Host) -> None:
+    """a's savepoint fails (its job runs on) after b's move began: the new cluster stays for b; when b's move is
+    undone too, nobody needs it and it goes."""
+    for name in ("a", "b"):
+        rt.start_standby(session_app(name, "2g"), generation="g2", deadline=10)
+    rt.discard_standby("a", generation="g2", deadline=10)
+    assert not [c for c in host.calls if c[0] == "discard"]
+    rt.discard_standby("b", generation="g2", deadline=10)
+    assert [c for c in host.calls if c[0] == "discard"] == [("discard", "g2")]
