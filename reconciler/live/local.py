@@ -597,7 +597,7 @@ class LocalRuntime:
             alive += [self._spawn(rec, "taskmanager", next(free), tm_mem, app.spec.flink_configuration)
                       for _ in range(want - len(alive))]
         elif len(alive) > want:
-            victims = self._pick_idle(rec, alive, len(alive) - want)
+            victims = self._pick_idle(rec, alive, len(alive) - want, idle_only=rec.session)
             self._stop_procs(rec, victims, deadline)
             alive = [t for t in alive if t not in victims]
         new = rec.model_copy(update={"taskmanagers": tuple(sorted(alive, key=lambda t: t.index)), "replicas": want})
@@ -605,16 +605,23 @@ class LocalRuntime:
             self._write_record(new)
         return new
 
-    def _pick_idle(self, rec: ClusterRecord, alive: list[ProcRecord], n: int) -> list[ProcRecord]:
-        """TaskManagers to stop: idle ones first (no slot in use), so a running job keeps its tasks."""
+    def _pick_idle(self, rec: ClusterRecord, alive: list[ProcRecord], n: int, *, idle_only: bool = False
+                   ) -> list[ProcRecord]:
+        """TaskManagers to stop: idle ones first (no slot in use), so a running job keeps its tasks. `idle_only`
+        (a session cluster, whose other jobs are not this change's to restart): never a busy one, nor any when
+        Flink does not answer."""
         busy: set[str] = set()
         try:
             for tm in self._client(rec.rest_url).taskmanagers():
                 if int(tm.get("freeSlots", 0)) < int(tm.get("slotsNumber", 0)):
                     busy.add(str(tm.get("id")))
         except FlinkRestError:
-            pass  # no answer: fall back to the highest indexes
+            if idle_only:
+                return []
+            # no answer: fall back to the highest indexes
         order = sorted(alive, key=lambda t: (_resource_id(rec, t.index) in busy, -t.index))
+        if idle_only:
+            order = [t for t in order if _resource_id(rec, t.index) not in busy]
         return order[:n]
 
     def _await_ready(self, rec: ClusterRecord, deadline: float) -> None:
