@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from reconciler.clock import FakeClock
 from reconciler.core.observed import Checkpoint, ClusterPhase
 from reconciler.core.plan import deterministic_job_id
 from reconciler.errors import PermanentStepError
@@ -240,3 +241,22 @@ def test_an_undone_move_keeps_the_new_cluster_for_a_move_begun_and_the_last_undo
     assert not [c for c in host.calls if c[0] == "discard"]
     rt.discard_standby("b", generation="g2", deadline=10)
     assert [c for c in host.calls if c[0] == "discard"] == [("discard", "g2")]
+
+
+def test_the_jobs_of_a_move_go_through_their_downtime_one_after_another(host: Host) -> None:
+    """b's standby step returns (and b's job is stopped) only once a's job, whose move began first, runs all its
+    tasks on the new cluster; a move undone lets the next one go; the wait is bounded."""
+    clock = FakeClock()
+    rt = SessionRuntime(host, clock)  # type: ignore[arg-type]
+    rt.set_sessions({"a": "shared", "b": "shared", "c": "shared"}, clusters=["shared"])
+    rt.start_standby(session_app("a", "2g"), generation="g2", deadline=1000)
+    assert clock.monotonic() == 0  # the first one does not wait
+    host.slots["standby"][2].jobs_[job_of("a", 2)] = "RUNNING"  # a moved
+    rt.start_standby(session_app("b", "2g"), generation="g2", deadline=1000)
+    assert clock.monotonic() == 0  # a runs there: b goes at once
+    rt.start_standby(session_app("c", "2g"), generation="g2", deadline=1000)
+    assert clock.monotonic() == pytest.approx(120, abs=0.1)  # b never arrived: c waited its bound, then went
+    rt.discard_standby("b", generation="g2", deadline=1000)
+    start = clock.monotonic()
+    rt.start_standby(session_app("c", "2g"), generation="g2", deadline=1000)  # b's move undone: c's turn
+    assert clock.monotonic() == start
