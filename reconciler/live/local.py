@@ -38,7 +38,7 @@ import tempfile
 import threading
 import uuid
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
@@ -467,15 +467,42 @@ class LocalRuntime:
         """What tells the clusters of one session cluster apart: the config the JVMs were started with."""
         return cluster_config_hash(app, self.dist.version)
 
-    def jar_id(self, cluster: str, slot: str, jar: Path, *, deadline: float, again: bool = False) -> str:
+    def jar_id(self, cluster: str, slot: str, jar: Path, *, deadline: float, again: bool = False,
+               job_id: str | None = None) -> str:
         """The jar's id on the cluster in `slot` of session cluster `cluster`: uploaded once per content (the same
-        record a standby's warm-up uploads it into, so the job graph it compiled is the submit's)."""
+        record a standby's warm-up uploads it into, so the job graph it compiled is the submit's). `job_id`: the
+        job about to be submitted from it, recorded so the jar is kept while that job runs (`prune_jars`)."""
         with self._lock(cluster, deadline):
             rec = self.read_record(cluster, slot)
             if rec is None:
                 raise PermanentStepError(f"session cluster {cluster} has no {slot} cluster")
-            _, jar_id = self._upload(rec, slot, self._client(rec.rest_url), jar, again=again)
+            rec, jar_id = self._upload(rec, slot, self._client(rec.rest_url), jar, again=again)
+            if job_id is not None:
+                digest = next(d for d, i in rec.jars.items() if i == jar_id)
+                if rec.job_jars.get(job_id) != digest:
+                    self._write_record(rec.model_copy(update={"job_jars": {**rec.job_jars, job_id: digest}}), slot)
             return jar_id
+
+    def jar_uses(self, cluster: str, slot: str) -> tuple[dict[str, str], dict[str, str]]:
+        """The jars we uploaded to the cluster in `slot` (id -> sha256) and the jobs submitted from them (job id
+        -> jar id)."""
+        rec = self.read_record(cluster, slot)
+        if rec is None:
+            return {}, {}
+        return ({i: d for d, i in rec.jars.items()},
+                {j: rec.jars[d] for j, d in rec.job_jars.items() if d in rec.jars})
+
+    def forget_jars(self, cluster: str, slot: str, jar_ids: Collection[str], gone_jobs: Collection[str], *,
+                    deadline: float) -> None:
+        """Drop deleted jars and ended jobs from the record of the cluster in `slot`."""
+        with self._lock(cluster, deadline):
+            rec = self.read_record(cluster, slot)
+            if rec is None:
+                return
+            jars = {d: i for d, i in rec.jars.items() if i not in jar_ids}
+            jobs = {j: d for j, d in rec.job_jars.items() if j not in gone_jobs and d in jars}
+            if jars != rec.jars or jobs != rec.job_jars:
+                self._write_record(rec.model_copy(update={"jars": jars, "job_jars": jobs}), slot)
 
     def job_storage(self, app: str) -> dict[str, str]:
         """Job configuration of an app's job on a session cluster: its checkpoints and savepoints in the app's

@@ -273,13 +273,21 @@ class SessionRuntime:
             savepoint_path=restore_path, allow_non_restored_state=allow_non_restored_state,
             flink_configuration=self.host.job_storage(app.name),
         )
-        jar_id = self.host.jar_id(cluster, target.slot, jar, deadline=deadline)
+        jar_id = self.host.jar_id(cluster, target.slot, jar, deadline=deadline, job_id=job_id)
         try:
-            return client.run_jar(jar_id, **run)
-        except FlinkRestError as e:  # the uploaded jar is gone (web.tmpdir cleaned, a pruned jar): upload again once
-            if not any("jar" in t.lower() and ("not exist" in t or "not found" in t) for t in e.errors):
-                raise
-        return client.run_jar(self.host.jar_id(cluster, target.slot, jar, deadline=deadline, again=True), **run)
+            try:
+                return client.run_jar(jar_id, **run)
+            except FlinkRestError as e:  # the uploaded jar is gone (web.tmpdir cleaned, a pruned jar): upload again
+                if not any("jar" in t.lower() and ("not exist" in t or "not found" in t) for t in e.errors):
+                    raise
+                if jar_id in client.jars():
+                    raise  # the jar is there: the job's own error (a class not found in it), never a second copy
+            return client.run_jar(self.host.jar_id(cluster, target.slot, jar, deadline=deadline, again=True,
+                                                   job_id=job_id), **run)
+        except ReconcilerError:  # not submitted: the job no longer holds its jar (`prune_jars`)
+            if not any(j.job_id == job_id for j in client.jobs()):
+                self.host.forget_jars(cluster, target.slot, (), (job_id,), deadline=deadline)
+            raise
 
     def delete_cluster(self, app: str, *, deadline: float) -> None:
         cluster = self.session_of(app)
@@ -293,18 +301,31 @@ class SessionRuntime:
                     g.client.cancel(j.job_id)
         self.prune_jars(cluster)
 
-    def prune_jars(self, cluster: str) -> list[str]:
-        """Delete the jars we uploaded that no live job of the cluster was started from (best effort)."""
-        removed = []
+    def prune_jars(self, cluster: str, *, deadline: float | None = None) -> list[str]:
+        """Delete (`DELETE /jars/:id`) the jars we uploaded to a cluster of `cluster` that no job of it needs any
+        more: kept are the jars of its live jobs and of jobs recorded but not yet submitted (a start under way).
+        A cluster running a job we did not submit, or one of ours whose jar is not on record, keeps every jar.
+        Best effort: a later submit uploads a missing jar again (`start_job`)."""
+        end = deadline if deadline is not None else self.clock.monotonic() + 30.0
+        removed: list[str] = []
         for g in self.host.session_generations(cluster):
             try:
-                if _live_jobs(g.client):
-                    continue  # which jar a running job came from is not on record: keep them all while any run
-                for jar_id in g.client.jars():
-                    g.client.delete_jar(jar_id)  # a later submit uploads it again (`start_job`)
-                    removed.append(jar_id)
+                ours, used = self.host.jar_uses(cluster, g.slot)
+                jobs = {j.job_id: j.state.upper() for j in g.client.jobs()}
+                live = [j for j, state in jobs.items() if state not in TERMINAL]
+                if any(j not in used for j in live):
+                    continue  # a live job whose jar we do not know: keep them all
+                keep = {i for j, i in used.items() if j not in jobs or jobs[j] not in TERMINAL}
+                gone = [i for i in g.client.jars() if i in ours and i not in keep]
+                for jar_id in gone:
+                    g.client.delete_jar(jar_id)
+                removed.extend(gone)
+                self.host.forget_jars(cluster, g.slot, gone, [j for j, s in jobs.items() if s in TERMINAL],
+                                      deadline=end)
             except ReconcilerError as e:
                 log.info("session cluster %s: jars not pruned: %s", cluster, e)
+        if removed:
+            log.info("session cluster %s: deleted %d jar(s) no job uses any more", cluster, len(removed))
         return removed
 
     def flink(self, app: str) -> FlinkApi:
