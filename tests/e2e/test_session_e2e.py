@@ -25,10 +25,12 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import signal
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +72,7 @@ spec:
 """
 
 
-def app_yaml(name: str, rate: int, entry_class: str = COUNTER_MAIN) -> str:
+def app_yaml(name: str, rate: int, entry_class: str = COUNTER_MAIN, jar: str = JAR_PATH) -> str:
     return f"""\
 apiVersion: flink-reconciler.io/v1alpha1
 kind: FlinkApp
@@ -79,7 +81,7 @@ metadata:
 spec:
   sessionCluster: {CLUSTER}
   job:
-    jarURI: {JAR_PATH}
+    jarURI: {jar}
     entryClass: {entry_class}
     args: ["--output-dir", "out-{name}", "--keys", "{KEYS}", "--rate", "{rate}"]
 """
@@ -93,12 +95,28 @@ class Env:
     rates: dict[str, int] = field(default_factory=lambda: dict.fromkeys(APPS, 20))
     memory: str = "1280m"
     entry_classes: dict[str, str] = field(default_factory=lambda: dict.fromkeys(APPS, COUNTER_MAIN))
+    jars: dict[str, str] = field(default_factory=lambda: dict.fromkeys(APPS, JAR_PATH))
+
+    def new_jar(self, app: str, tag: str) -> None:
+        """Give `app` a jar of its own with other bytes (the same classes, a zip comment): a new jar digest."""
+        path = f"jobs/counter/counter-{tag}.jar"
+        data = (self.repo.work / JAR_PATH).read_bytes()
+        self.repo.write(path, data)
+        with zipfile.ZipFile(self.repo.work / path, "a") as z:
+            z.comment = tag.encode()
+        self.jars[app] = path
+
+    def uploaded(self) -> list[str]:
+        """The file names of the jars on the live cluster (Flink's GET /jars), without the fetched jar's digest
+        prefix."""
+        live = next(g for g in self.rt.session_generations(CLUSTER) if g.slot == "cluster")
+        return sorted(re.sub(r"^[0-9a-f]{16}-", "", n) for n in live.client.jars().values())
 
     def commit(self, message: str, *, apps: tuple[str, ...] = APPS, cluster: bool = True) -> str:
         for name in APPS:
             path = f"apps/{name}.yaml"
             if name in apps:
-                self.repo.write(path, app_yaml(name, self.rates[name], self.entry_classes[name]))
+                self.repo.write(path, app_yaml(name, self.rates[name], self.entry_classes[name], self.jars[name]))
             elif (self.repo.work / path).exists():
                 self.repo.remove(path)
         if cluster:
@@ -230,7 +248,8 @@ def test_a_job_change_upgrades_that_app_alone(env: Env) -> None:
     beta_checkpoints = env.completed_checkpoints(beta_job)
     before = {app: env.counting(app, 2) for app in APPS}
     env.rates["alpha"] += 1
-    env.commit("alpha: a new rate")
+    env.new_jar("alpha", "v2")
+    env.commit("alpha: a new rate and a new jar")
     plan = env.plan()
     alpha = next(a for a in plan["apps"] if a["app"] == "alpha")
     beta = next(a for a in plan["apps"] if a["app"] == "beta")
@@ -248,6 +267,7 @@ def test_a_job_change_upgrades_that_app_alone(env: Env) -> None:
     wait_until(lambda: env.completed_checkpoints(beta_job) > beta_checkpoints, timeout=20,
                what="beta checkpointing on")
     assert list(env.rt.cluster_records(CLUSTER)) == ["cluster"]
+    assert env.uploaded() == ["counter-v2.jar", "counter.jar"]  # alpha's old jar is beta's: kept
 
 
 def test_kill_9_of_apply_mid_upgrade_resumes_from_the_journal(env: Env) -> None:
@@ -255,7 +275,8 @@ def test_kill_9_of_apply_mid_upgrade_resumes_from_the_journal(env: Env) -> None:
     beta_checkpoints = env.completed_checkpoints(beta_job)
     before = {app: env.counting(app, 2) for app in APPS}
     env.rates["alpha"] += 1
-    env.commit("alpha: a new rate (its apply is killed mid-upgrade)")
+    env.new_jar("alpha", "v3")
+    env.commit("alpha: a new rate and jar (its apply is killed mid-upgrade)")
     proc = env.apply_process()
     try:
         def stopped() -> dict[str, Any] | None:
@@ -290,6 +311,7 @@ def test_kill_9_of_apply_mid_upgrade_resumes_from_the_journal(env: Env) -> None:
     env.continues("beta", before["beta"])
     wait_until(lambda: env.completed_checkpoints(beta_job) > beta_checkpoints, timeout=20,
                what="beta checkpointing on")
+    assert env.uploaded() == ["counter-v3.jar", "counter.jar"]  # v2, which no job runs from any more, is deleted
 
 
 def test_a_cluster_change_moves_both_jobs_with_their_counts(env: Env) -> None:
@@ -374,7 +396,9 @@ def test_removing_an_app_takes_its_final_savepoint_and_leaves_the_cluster(env: E
     gone = next(a for a in plan["apps"] if a["app"] == "alpha")
     assert gone["action"] == "delete" and [s["type"] for s in gone["steps"]] == ["StopWithSavepoint", "DeleteCluster"]
     assert gone["steps"][1]["session_cluster"] == CLUSTER
+    assert env.uploaded() == ["counter-v3.jar", "counter.jar"]
     env.apply("--prune")
+    assert env.uploaded() == ["counter.jar"]  # alpha's jar went with alpha; beta's stays
     states = {j.job_id: j.state for _, j in env.jobs()}
     assert states[alpha] == "FINISHED"  # stopped with its final savepoint
     finals = sorted((env.state / "savepoints" / "alpha").glob("savepoint-*/_metadata"))
