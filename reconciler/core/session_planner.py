@@ -25,7 +25,7 @@ from reconciler.core.plan import Action, AppPlan, ClusterPlan, ClusterStrategy, 
 from reconciler.core.planner import PlanInput, cluster_changes, plan
 from reconciler.spec.load import LoadResult
 from reconciler.spec.model import Deadlines, JobState
-from reconciler.spec.session import FlinkSessionCluster
+from reconciler.spec.session import FlinkSessionCluster, running_parallelism
 
 _DELETE_S = Deadlines().delete.total_seconds()
 
@@ -159,6 +159,9 @@ def _present(name: str, inp: PlanInput, sessions: Sessions, by_app: Mapping[str,
         if stuck:
             reason += f". Not moving now: {', '.join(stuck)} (see their entries), so the old cluster is kept for them"
         return ClusterPlan(**base, action=Action.UPGRADE, reason=reason)
+    scaling = _scaling(name, inp, sessions, members)
+    if scaling is not None and live is not None and live.phase is not ClusterPhase.ABSENT:
+        return ClusterPlan(**base, action=Action.SCALE, reason=scaling)
     if live is None or live.phase is ClusterPhase.ABSENT:
         if running:
             return ClusterPlan(**base, action=Action.CREATE,
@@ -173,6 +176,28 @@ def _present(name: str, inp: PlanInput, sessions: Sessions, by_app: Mapping[str,
     if not members:
         return ClusterPlan(**base, action=Action.NOOP, reason="up to date; no app names it")
     return ClusterPlan(**base, action=Action.NOOP, reason=f"up to date: {len(members)} app(s) on it")
+
+
+def _scaling(name: str, inp: PlanInput, sessions: Sessions, members: list[str]) -> str | None:
+    """What the plan says when the cluster's TaskManagers change because its jobs' slots do (capacity.addTaskManagers:
+    the apps' entries scale the cluster, each before its own job starts); None when they do not change."""
+    cluster = sessions.clusters[name]
+    if not cluster.spec.capacity.add_task_managers or not members:
+        return None
+    apps = [inp.desired.apps[n] for n in members]
+    want = apps[0].spec.task_manager.replicas
+    before = {a.spec.task_manager.replicas for n, a in inp.previous.items() if a.spec.session_cluster == name}
+    was = max(before) if before else None
+    if was is None or was == want:
+        return None
+    tm = cluster.spec.task_manager
+    each = ", ".join(f"{a.name} {a.spec.job.parallelism}" for a in apps if a.spec.job.state is JobState.RUNNING)
+    need = running_parallelism(apps)
+    floor = f"; taskManager.replicas {tm.replicas} is the least" if want == tm.replicas else ""
+    return (f"TaskManagers {was} -> {want}: its running jobs need {need} slots ({each or 'none'}), {tm.slots} per "
+            f"TaskManager (capacity.addTaskManagers, at most {cluster.spec.capacity.max_task_managers}){floor}. Each "
+            "app's entry scales the cluster, before its own job starts; no job is restarted for it, and a TaskManager "
+            "that runs tasks is never stopped")
 
 
 def _removed(name: str, inp: PlanInput, sessions: Sessions, by_app: Mapping[str, AppPlan],

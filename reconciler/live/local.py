@@ -38,7 +38,7 @@ import tempfile
 import threading
 import uuid
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
@@ -468,15 +468,42 @@ class LocalRuntime:
         """What tells the clusters of one session cluster apart: the config the JVMs were started with."""
         return cluster_config_hash(app, self.dist.version)
 
-    def jar_id(self, cluster: str, slot: str, jar: Path, *, deadline: float, again: bool = False) -> str:
+    def jar_id(self, cluster: str, slot: str, jar: Path, *, deadline: float, again: bool = False,
+               job_id: str | None = None) -> str:
         """The jar's id on the cluster in `slot` of session cluster `cluster`: uploaded once per content (the same
-        record a standby's warm-up uploads it into, so the job graph it compiled is the submit's)."""
+        record a standby's warm-up uploads it into, so the job graph it compiled is the submit's). `job_id`: the
+        job about to be submitted from it, recorded so the jar is kept while that job runs (`prune_jars`)."""
         with self._lock(cluster, deadline):
             rec = self.read_record(cluster, slot)
             if rec is None:
                 raise PermanentStepError(f"session cluster {cluster} has no {slot} cluster")
-            _, jar_id = self._upload(rec, slot, self._client(rec.rest_url), jar, again=again)
+            rec, jar_id = self._upload(rec, slot, self._client(rec.rest_url), jar, again=again)
+            if job_id is not None:
+                digest = next(d for d, i in rec.jars.items() if i == jar_id)
+                if rec.job_jars.get(job_id) != digest:
+                    self._write_record(rec.model_copy(update={"job_jars": {**rec.job_jars, job_id: digest}}), slot)
             return jar_id
+
+    def jar_uses(self, cluster: str, slot: str) -> tuple[dict[str, str], dict[str, str]]:
+        """The jars we uploaded to the cluster in `slot` (id -> sha256) and the jobs submitted from them (job id
+        -> jar id)."""
+        rec = self.read_record(cluster, slot)
+        if rec is None:
+            return {}, {}
+        return ({i: d for d, i in rec.jars.items()},
+                {j: rec.jars[d] for j, d in rec.job_jars.items() if d in rec.jars})
+
+    def forget_jars(self, cluster: str, slot: str, jar_ids: Collection[str], gone_jobs: Collection[str], *,
+                    deadline: float) -> None:
+        """Drop deleted jars and ended jobs from the record of the cluster in `slot`."""
+        with self._lock(cluster, deadline):
+            rec = self.read_record(cluster, slot)
+            if rec is None:
+                return
+            jars = {d: i for d, i in rec.jars.items() if i not in jar_ids}
+            jobs = {j: d for j, d in rec.job_jars.items() if j not in gone_jobs and d in jars}
+            if jars != rec.jars or jobs != rec.job_jars:
+                self._write_record(rec.model_copy(update={"jars": jars, "job_jars": jobs}), slot)
 
     def job_storage(self, app: str) -> dict[str, str]:
         """Job configuration of an app's job on a session cluster: its checkpoints and savepoints in the app's
@@ -598,7 +625,7 @@ class LocalRuntime:
             alive += [self._spawn(rec, "taskmanager", next(free), tm_mem, app.spec.flink_configuration)
                       for _ in range(want - len(alive))]
         elif len(alive) > want:
-            victims = self._pick_idle(rec, alive, len(alive) - want)
+            victims = self._pick_idle(rec, alive, len(alive) - want, idle_only=rec.session)
             self._stop_procs(rec, victims, deadline)
             alive = [t for t in alive if t not in victims]
         new = rec.model_copy(update={"taskmanagers": tuple(sorted(alive, key=lambda t: t.index)), "replicas": want})
@@ -606,16 +633,23 @@ class LocalRuntime:
             self._write_record(new)
         return new
 
-    def _pick_idle(self, rec: ClusterRecord, alive: list[ProcRecord], n: int) -> list[ProcRecord]:
-        """TaskManagers to stop: idle ones first (no slot in use), so a running job keeps its tasks."""
+    def _pick_idle(self, rec: ClusterRecord, alive: list[ProcRecord], n: int, *, idle_only: bool = False
+                   ) -> list[ProcRecord]:
+        """TaskManagers to stop: idle ones first (no slot in use), so a running job keeps its tasks. `idle_only`
+        (a session cluster, whose other jobs are not this change's to restart): never a busy one, nor any when
+        Flink does not answer."""
         busy: set[str] = set()
         try:
             for tm in self._client(rec.rest_url).taskmanagers():
                 if int(tm.get("freeSlots", 0)) < int(tm.get("slotsNumber", 0)):
                     busy.add(str(tm.get("id")))
         except FlinkRestError:
-            pass  # no answer: fall back to the highest indexes
+            if idle_only:
+                return []
+            # no answer: fall back to the highest indexes
         order = sorted(alive, key=lambda t: (_resource_id(rec, t.index) in busy, -t.index))
+        if idle_only:
+            order = [t for t in order if _resource_id(rec, t.index) not in busy]
         return order[:n]
 
     def _await_ready(self, rec: ClusterRecord, deadline: float) -> None:

@@ -326,6 +326,7 @@ class ClusterRecord(BaseModel):
     jobmanager: ProcRecord
     taskmanagers: tuple[ProcRecord, ...] = ()
     jars: dict[str, str] = {}  # sha256 of a jar -> its id on this cluster
+    job_jars: dict[str, str] = {}  # job id -> sha256 of the jar it was submitted from (session clusters)
     session: bool = False  # a FlinkSessionCluster's (spec/session.py): shared by the jobs of several apps
 
     @property

@@ -6,6 +6,7 @@ The executor, `status` and the daemon code against these Protocols; `live.flink.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -264,9 +265,19 @@ class SessionHost(StandbyRuntime, Protocol):
 
     def config_key(self, app: FlinkApp) -> str: ...
 
-    def jar_id(self, cluster: str, slot: str, jar: Path, *, deadline: float, again: bool = False) -> str:
+    def jar_id(self, cluster: str, slot: str, jar: Path, *, deadline: float, again: bool = False,
+               job_id: str | None = None) -> str:
         """The jar's id on one cluster of session cluster `cluster`, uploaded once per content (`again`: the
-        upload is gone, upload it anew)."""
+        upload is gone, upload it anew); `job_id` is recorded as submitted from it."""
+        ...
+
+    def jar_uses(self, cluster: str, slot: str) -> tuple[dict[str, str], dict[str, str]]:
+        """The jars we uploaded there (jar id -> content digest) and the jobs submitted from them (job -> jar id)."""
+        ...
+
+    def forget_jars(self, cluster: str, slot: str, jar_ids: Collection[str], gone_jobs: Collection[str], *,
+                    deadline: float) -> None:
+        """Forget deleted jars and ended jobs."""
         ...
 
     def job_storage(self, app: str) -> dict[str, str]:

@@ -27,6 +27,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
+from reconciler.clock import Clock, SystemClock
 from reconciler.core.observed import Checkpoint, ClusterPhase
 from reconciler.core.plan import is_job_of
 from reconciler.errors import ObserveError, PermanentStepError, ReconcilerError
@@ -130,14 +131,19 @@ class SessionRuntime:
     """A runtime (`ports.StandbyRuntime`) that runs the jobs of session apps on their shared clusters; every other
     app goes to the wrapped runtime unchanged. See the module docstring."""
 
-    def __init__(self, host: SessionHost) -> None:
+    def __init__(self, host: SessionHost, clock: Clock | None = None) -> None:
         self.host = host
+        self.clock: Clock = clock or SystemClock()
         self.name = host.name
         self._lock = threading.Lock()
         self._members: dict[str, str] = {}  # app -> session cluster
         self._clusters: set[str] = set()  # session clusters named in Git or by an applied spec
         self._suspended: frozenset[str] = frozenset()
         self._standby_locks: dict[str, threading.Lock] = {}
+        # (cluster, generation) -> apps of this process whose move there began (start_standby) and has not been
+        # undone (discard_standby): a job still to stop and start there keeps the new cluster from another's undo
+        self._movers: dict[tuple[str, str], set[str]] = {}
+        self._move_order: dict[tuple[str, str], list[str]] = {}  # the same moves, in the order they began
 
     def _standby_lock(self, cluster: str) -> threading.Lock:
         with self._lock:
@@ -267,13 +273,21 @@ class SessionRuntime:
             savepoint_path=restore_path, allow_non_restored_state=allow_non_restored_state,
             flink_configuration=self.host.job_storage(app.name),
         )
-        jar_id = self.host.jar_id(cluster, target.slot, jar, deadline=deadline)
+        jar_id = self.host.jar_id(cluster, target.slot, jar, deadline=deadline, job_id=job_id)
         try:
-            return client.run_jar(jar_id, **run)
-        except FlinkRestError as e:  # the uploaded jar is gone (web.tmpdir cleaned, a pruned jar): upload again once
-            if not any("jar" in t.lower() and ("not exist" in t or "not found" in t) for t in e.errors):
-                raise
-        return client.run_jar(self.host.jar_id(cluster, target.slot, jar, deadline=deadline, again=True), **run)
+            try:
+                return client.run_jar(jar_id, **run)
+            except FlinkRestError as e:  # the uploaded jar is gone (web.tmpdir cleaned, a pruned jar): upload again
+                if not any("jar" in t.lower() and ("not exist" in t or "not found" in t) for t in e.errors):
+                    raise
+                if jar_id in client.jars():
+                    raise  # the jar is there: the job's own error (a class not found in it), never a second copy
+            return client.run_jar(self.host.jar_id(cluster, target.slot, jar, deadline=deadline, again=True,
+                                                   job_id=job_id), **run)
+        except ReconcilerError:  # not submitted: the job no longer holds its jar (`prune_jars`)
+            if not any(j.job_id == job_id for j in client.jobs()):
+                self.host.forget_jars(cluster, target.slot, (), (job_id,), deadline=deadline)
+            raise
 
     def delete_cluster(self, app: str, *, deadline: float) -> None:
         cluster = self.session_of(app)
@@ -287,18 +301,31 @@ class SessionRuntime:
                     g.client.cancel(j.job_id)
         self.prune_jars(cluster)
 
-    def prune_jars(self, cluster: str) -> list[str]:
-        """Delete the jars we uploaded that no live job of the cluster was started from (best effort)."""
-        removed = []
+    def prune_jars(self, cluster: str, *, deadline: float | None = None) -> list[str]:
+        """Delete (`DELETE /jars/:id`) the jars we uploaded to a cluster of `cluster` that no job of it needs any
+        more: kept are the jars of its live jobs and of jobs recorded but not yet submitted (a start under way).
+        A cluster running a job we did not submit, or one of ours whose jar is not on record, keeps every jar.
+        Best effort: a later submit uploads a missing jar again (`start_job`)."""
+        end = deadline if deadline is not None else self.clock.monotonic() + 30.0
+        removed: list[str] = []
         for g in self.host.session_generations(cluster):
             try:
-                if _live_jobs(g.client):
-                    continue  # which jar a running job came from is not on record: keep them all while any run
-                for jar_id in g.client.jars():
-                    g.client.delete_jar(jar_id)  # a later submit uploads it again (`start_job`)
-                    removed.append(jar_id)
+                ours, used = self.host.jar_uses(cluster, g.slot)
+                jobs = {j.job_id: j.state.upper() for j in g.client.jobs()}
+                live = [j for j, state in jobs.items() if state not in TERMINAL]
+                if any(j not in used for j in live):
+                    continue  # a live job whose jar we do not know: keep them all
+                keep = {i for j, i in used.items() if j not in jobs or jobs[j] not in TERMINAL}
+                gone = [i for i in g.client.jars() if i in ours and i not in keep]
+                for jar_id in gone:
+                    g.client.delete_jar(jar_id)
+                removed.extend(gone)
+                self.host.forget_jars(cluster, g.slot, gone, [j for j, s in jobs.items() if s in TERMINAL],
+                                      deadline=end)
             except ReconcilerError as e:
                 log.info("session cluster %s: jars not pruned: %s", cluster, e)
+        if removed:
+            log.info("session cluster %s: deleted %d jar(s) no job uses any more", cluster, len(removed))
         return removed
 
     def flink(self, app: str) -> FlinkApi:
@@ -324,10 +351,41 @@ class SessionRuntime:
         # (out of the downtime); the others find it running, and do not hold the cluster's lock for a warm-up
         # while a job that already stopped waits to be promoted.
         with self._standby_lock(cluster):  # the apps of one move run on threads: one starts it, the others find it
+            self._movers.setdefault((cluster, generation), set()).add(app.name)
+            order = self._move_order.setdefault((cluster, generation), [])
+            if app.name not in order:
+                order.append(app.name)
             started = any(g.generation == generation for g in self.host.session_generations(cluster))
             info = self.host.start_standby(cluster_app(cluster, app), generation=generation, deadline=deadline,
                                            jar=None if started else jar)
+        self._await_turn(cluster, generation, app.name, deadline)
         return ClusterInfo(app=app.name, phase=info.phase, rest_url=info.rest_url, message=info.message)
+
+    def _await_turn(self, cluster: str, generation: str, app: str, deadline: float) -> None:
+        """One job at a time through the downtime of a move: this app's job (still running on the old cluster) is
+        stopped only once every job whose move began before it runs all its tasks on the new cluster, or that move
+        was undone. Two jobs stopped, submitted and deployed at once onto a new JobManager and TaskManager took
+        twice a job-only upgrade's downtime each (bench/session_bench.py); one after the other, each job's
+        downtime is its own. The wait is before the stop (the job runs on meanwhile), bounded, and in-memory: a
+        move resumed after a crash does not wait."""
+        end = min(deadline - 30.0, self.clock.monotonic() + 120.0)
+        while self.clock.monotonic() < end:
+            with self._standby_lock(cluster):
+                order = self._move_order.get((cluster, generation), [])
+                movers = self._movers.get((cluster, generation), set())
+                ahead = [m for m in order[:order.index(app)] if m in movers] if app in order else []
+            if not ahead:
+                return
+            try:
+                there = [j for g in self.host.session_generations(cluster) if g.generation == generation
+                         for j in g.client.jobs() if j.state.upper() == "RUNNING" and j.tasks_total
+                         and j.tasks_running == j.tasks_total]
+            except ReconcilerError:
+                return  # cannot tell: go on (the wait only shortens downtime, it keeps nothing safe)
+            if all(any(is_job_of(j.job_id, m) for j in there) for m in ahead):
+                return
+            self.clock.sleep(0.05)
+        log.info("session cluster %s: %s stops its job without waiting further for the moves before it", cluster, app)
 
     def promote_standby(self, app: str, *, generation: str, deadline: float) -> None:
         cluster = self.session_of(app)
@@ -349,10 +407,34 @@ class SessionRuntime:
         if cluster is None:
             self.host.discard_standby(app, generation=generation, deadline=deadline)
             return
-        for g in self.host.session_generations(cluster):
-            if g.generation == generation and _live_jobs(g.client):
-                return  # other jobs moved there already: it stays; this app goes back to the old cluster alone
-        self.host.discard_standby(cluster, generation=generation, deadline=deadline)
+        with self._standby_lock(cluster):
+            movers = self._movers.get((cluster, generation), set())
+            movers.discard(app)
+            waiting = self._bound_for(cluster, generation, app, movers)
+            if waiting:
+                log.info("session cluster %s: %s goes back to the old cluster; the new one (%s) stays for %s",
+                         cluster, app, generation, ", ".join(waiting))
+                return
+            self._movers.pop((cluster, generation), None)
+            self.host.discard_standby(cluster, generation=generation, deadline=deadline)
+
+    def _bound_for(self, cluster: str, generation: str, app: str, movers: Collection[str]) -> list[str]:
+        """Who still needs cluster `generation` when `app`'s move to it is undone: the jobs that run on it, and the
+        other apps still to get there, a job stopped on the old cluster and not started again (its start, or its
+        rollback, may need either cluster; this also finds a move resumed after a crash) and a move this process
+        began that has neither arrived nor been undone. Empty: nobody, and the old cluster may be live again."""
+        gens = self.host.session_generations(cluster)
+        members = self.members(cluster)
+        there = [next((m for m in members if is_job_of(j.job_id, m)), f"job {j.job_id}")
+                 for g in gens if g.generation == generation for j in _live_jobs(g.client)]
+        if there:
+            return sorted(there)
+        seen = [(g, j) for g in gens for j in g.client.jobs()]
+        live = {m for _, j in seen if j.state.upper() not in TERMINAL for m in members if is_job_of(j.job_id, m)}
+        stopped = {m for g, j in seen if g.generation != generation and j.state.upper() == "FINISHED"
+                   for m in members if is_job_of(j.job_id, m)}
+        others = set(members) - {app} - self._suspended
+        return sorted(((stopped - live) | set(movers)) & others)
 
     def delete_retired(self, app: str, *, deadline: float) -> None:
         cluster = self.session_of(app)
@@ -362,6 +444,9 @@ class SessionRuntime:
         gens = self.host.session_generations(cluster)
         live = next((g for g in gens if g.slot == "cluster"), None)
         retired = next((g for g in gens if g.slot == "retired"), None)
+        if live is not None:
+            with self._standby_lock(cluster):  # this app's move arrived: it no longer holds the new cluster
+                self._movers.get((cluster, live.generation), set()).discard(app)
         if retired is None:
             return
         if _live_jobs(retired.client):

@@ -42,7 +42,7 @@ def make_runtime(settings: Settings, clock: Clock) -> Runtime | None:
         from reconciler.live.session import SessionRuntime
 
         # FlinkSessionClusters: session apps' jobs on shared clusters, every other app as before
-        return SessionRuntime(LocalRuntime(settings.state_dir, clock=clock))
+        return SessionRuntime(LocalRuntime(settings.state_dir, clock=clock), clock)
     import os
 
     from reconciler.live.k8s_runtime import KubernetesRuntime

@@ -555,11 +555,17 @@ class Reconciler:
     def _resolve_jar(self, app: FlinkApp) -> Path | None:
         # The jar of the desired spec comes from the revision being applied; a rollback's (previous) spec
         # from the revision it was applied at, so a rollback never runs the new jar by accident.
+        # A resumed execution's desired spec (resume_all runs before this pass loads anything) is its own
+        # revision's: its jar may not exist at the revision applied before it.
         rev = self._loaded_rev
         loaded = self._loaded.apps.get(app.name) if self._loaded else None
         if loaded is None or loaded.app.canonical() != app.canonical():
-            rec = self.journal.record(app.name)
-            rev = rec.last_applied_revision if rec and rec.last_applied_revision else rev
+            inf = self.journal.inflight(app.name)
+            if inf is not None and inf.plan.desired is not None and inf.plan.desired == app.canonical():
+                rev = inf.revision
+            else:
+                rec = self.journal.record(app.name)
+                rev = rec.last_applied_revision if rec and rec.last_applied_revision else rev
         uri = app.spec.job.jar_uri
         if "://" not in uri and not uri.startswith("/"):
             assert rev is not None

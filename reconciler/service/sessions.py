@@ -54,12 +54,14 @@ def observe(runtime: Runtime | None, loaded: LoadResult) -> Sessions:
 def run_clusters(runtime: Runtime | None, the_plan: Plan, outcomes: Mapping[str, Outcome],
                  deadline: float) -> dict[str, str]:
     """Delete the session clusters the plan deletes, each only once all its apps' steps succeeded (their final
-    savepoints taken). Returns cluster -> what happened."""
+    savepoints taken); on the others, delete the jars no job uses any more. Returns cluster -> what happened."""
     done: dict[str, str] = {}
     if runtime is None:
         return done
     for cp in the_plan.clusters:
         if cp.action is not Action.DELETE or not cp.steps:
+            if isinstance(runtime, SessionRuntime):  # an upgrade or a removed app left a jar no job uses
+                runtime.prune_jars(cp.cluster, deadline=deadline)
             continue
         failed = [a for a in cp.apps if outcomes.get(a) is not Outcome.SUCCESS]
         if failed:

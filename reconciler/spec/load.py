@@ -46,6 +46,7 @@ from reconciler.spec.session import (
     capacity_problem,
     cluster_fields_given,
     effective_app,
+    fit_replicas,
 )
 
 MAX_FILE_BYTES = 1 << 20  # a spec is a few KiB; anything near this is a mistake or an attack
@@ -355,9 +356,10 @@ def resolve_sessions(apps: Mapping[str, LoadedApp], clusters: Mapping[str, Loade
                                     app=cname))
             errors.extend(_session_error(la, problem) for la in las)
             continue
+        replicas = fit_replicas(lc.cluster, [la.app for la in las])
         for la in las:
-            out[la.app.name] = LoadedApp(effective_app(la.app, lc.cluster), la.file, la.doc_index, la.line,
-                                         la.session_line)
+            out[la.app.name] = LoadedApp(effective_app(la.app, lc.cluster, replicas), la.file, la.doc_index,
+                                         la.line, la.session_line)
     return out, errors
 
 

@@ -46,6 +46,29 @@ def alias(field: str) -> str:
     return AppSpec.model_fields[field].alias or field
 
 
+class CapacitySpec(_Model):
+    """What happens when the running jobs of a session cluster's apps need more task slots than
+    `taskManager.replicas x slots`: refused (the default), or more TaskManagers, up to a ceiling."""
+
+    add_task_managers: bool = change(
+        ChangeClass.SCALE, "When the running jobs need more slots than taskManager.replicas x slots, start as many "
+        "more TaskManagers as they need (at most maxTaskManagers), before the job that needs them starts; false: "
+        "such a spec is refused, naming the numbers. taskManager.replicas stays the least count; TaskManagers "
+        "added for jobs that are gone are stopped again once idle (never one that runs tasks).", default=False,
+    )
+    max_task_managers: int | None = change(
+        ChangeClass.SCALE, "The most TaskManagers addTaskManagers may run (at least taskManager.replicas); "
+        "required with addTaskManagers.", default=None, ge=1, le=1000,
+    )
+
+    @model_validator(mode="after")
+    def _ceiling(self) -> CapacitySpec:
+        if self.add_task_managers and self.max_task_managers is None:
+            raise ValueError("capacity.addTaskManagers needs capacity.maxTaskManagers (the most TaskManagers it may "
+                             "run)")
+        return self
+
+
 class SessionClusterSpec(_Model):
     """The cluster half of a FlinkApp's spec (see AppSpec for what each field does)."""
 
@@ -66,6 +89,10 @@ class SessionClusterSpec(_Model):
     high_availability: HighAvailability = change(
         ChangeClass.REDEPLOY, "JobManager high availability.", default=HighAvailability()
     )
+    capacity: CapacitySpec = change(
+        ChangeClass.SCALE, "When the running jobs need more slots than the TaskManagers have: refuse (default) or "
+        "add TaskManagers.", default=CapacitySpec(),
+    )
 
     @field_validator("flink_configuration", mode="before")
     @classmethod
@@ -81,6 +108,10 @@ class SessionClusterSpec(_Model):
     def _consistent(self) -> SessionClusterSpec:
         if self.job_manager.replicas > 1 and not self.high_availability.enabled:
             raise ValueError("jobManager.replicas > 1 needs highAvailability.enabled: true")
+        most = self.capacity.max_task_managers
+        if self.capacity.add_task_managers and most is not None and most < self.task_manager.replicas:
+            raise ValueError(f"capacity.maxTaskManagers ({most}) is below taskManager.replicas "
+                             f"({self.task_manager.replicas})")
         return self
 
     @property
@@ -119,9 +150,13 @@ def cluster_fields_given(doc: Any) -> list[str]:
     return [a for f, a in names.items() if a in spec or f in spec]
 
 
-def effective_app(app: FlinkApp, cluster: FlinkSessionCluster) -> FlinkApp:
-    """`app` with the cluster fields of its session cluster: what it runs on, what is diffed and recorded."""
-    spec = app.spec.model_copy(update={f: getattr(cluster.spec, f) for f in CLUSTER_FIELDS})
+def effective_app(app: FlinkApp, cluster: FlinkSessionCluster, replicas: int | None = None) -> FlinkApp:
+    """`app` with the cluster fields of its session cluster: what it runs on, what is diffed and recorded.
+    `replicas`: the TaskManagers the cluster runs for its jobs (`fit_replicas`), when more than its spec's."""
+    fields = {f: getattr(cluster.spec, f) for f in CLUSTER_FIELDS}
+    if replicas is not None and replicas != cluster.spec.task_manager.replicas:
+        fields["task_manager"] = cluster.spec.task_manager.model_copy(update={"replicas": replicas})
+    spec = app.spec.model_copy(update=fields)
     out = app.model_copy(update={"spec": spec})
     out.__dict__.pop("spec_hash", None)  # a cached hash of the app's own spec would be stale
     return out
@@ -156,14 +191,32 @@ def running_parallelism(apps: list[FlinkApp]) -> int:
     return sum(a.spec.job.parallelism for a in apps if a.spec.job.state is JobState.RUNNING)
 
 
+def fit_replicas(cluster: FlinkSessionCluster, apps: list[FlinkApp]) -> int:
+    """The TaskManagers `cluster` runs for the running jobs of `apps`: its taskManager.replicas, or with
+    capacity.addTaskManagers as many as their slots need (at most maxTaskManagers; `capacity_problem` says when
+    that is not enough)."""
+    tm, cap = cluster.spec.task_manager, cluster.spec.capacity
+    if not cap.add_task_managers or cap.max_task_managers is None:
+        return tm.replicas
+    need = -(-running_parallelism(apps) // tm.slots)  # ceiling
+    return max(tm.replicas, min(need, cap.max_task_managers))
+
+
 def capacity_problem(cluster: FlinkSessionCluster, apps: list[FlinkApp]) -> str | None:
     """Why the running jobs of `apps` do not fit into `cluster`'s slots, naming the numbers; None when they fit."""
     need = running_parallelism(apps)
-    tm = cluster.spec.task_manager
-    if need <= cluster.spec.slots:
+    tm, cap = cluster.spec.task_manager, cluster.spec.capacity
+    replicas = fit_replicas(cluster, apps)
+    if need <= replicas * tm.slots:
         return None
     each = ", ".join(f"{a.name} {a.spec.job.parallelism}" for a in sorted(apps, key=lambda a: a.name)
                      if a.spec.job.state is JobState.RUNNING)
+    if cap.add_task_managers:
+        return (f"session cluster {cluster.name!r} may run at most {cap.max_task_managers} TaskManagers "
+                f"(capacity.maxTaskManagers) x {tm.slots} slots = {replicas * tm.slots} task slots, but its running "
+                f"jobs need {need} ({each}): raise capacity.maxTaskManagers or taskManager.slots, or lower a job's "
+                "parallelism")
     return (f"session cluster {cluster.name!r} has {cluster.spec.slots} task slots (taskManager.replicas "
             f"{tm.replicas} x slots {tm.slots}) but its running jobs need {need} ({each}): raise the cluster's "
-            "taskManager.replicas or slots, or lower a job's parallelism")
+            "taskManager.replicas or slots, set capacity.addTaskManagers (with maxTaskManagers), or lower a job's "
+            "parallelism")

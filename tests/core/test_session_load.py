@@ -93,7 +93,8 @@ def test_capacity_refused_with_the_numbers_for_the_cluster_and_each_app() -> Non
                          ("b.yaml", APP.format(name="b", cluster="shared", p=2))))
     assert {e.app for e in r.errors} == {"shared", "a", "b"} and not r.apps
     msg = ("session cluster 'shared' has 2 task slots (taskManager.replicas 1 x slots 2) but its running jobs need 3 "
-           "(a 1, b 2): raise the cluster's taskManager.replicas or slots, or lower a job's parallelism")
+           "(a 1, b 2): raise the cluster's taskManager.replicas or slots, set capacity.addTaskManagers (with "
+           "maxTaskManagers), or lower a job's parallelism")
     assert {e.message for e in r.errors} == {msg}
     ok = load_files(files(("c.yaml", CLUSTER.format(name="shared", replicas=2)),
                           ("a.yaml", APP.format(name="a", cluster="shared", p=1)),
@@ -103,6 +104,49 @@ def test_capacity_refused_with_the_numbers_for_the_cluster_and_each_app() -> Non
     fits = load_files(files(("c.yaml", CLUSTER.format(name="shared", replicas=1)),
                             ("a.yaml", APP.format(name="a", cluster="shared", p=1)), ("b.yaml", suspended)))
     assert fits.errors == ()  # a suspended job takes no slots
+
+
+AUTO = "  capacity:\n    addTaskManagers: true\n    maxTaskManagers: {most}\n"
+
+
+@pytest.mark.parametrize(("replicas", "most", "parallelism", "want"), [
+    (1, 3, (1, 1), 1),  # fits the spec's TaskManagers: nothing added
+    (1, 3, (1, 2), 2),  # 3 slots needed, 2 per TaskManager: one more
+    (1, 3, (3, 3), 3),  # 6 slots: up to the ceiling
+    (2, 3, (1, 0), 2),  # taskManager.replicas stays the least count (b suspended takes no slot)
+    (0, 2, (1, 0), 1),  # none in the spec, one for the one job
+])
+def test_add_task_managers_runs_as_many_as_the_running_jobs_need(replicas: int, most: int,
+                                                                 parallelism: tuple[int, int], want: int) -> None:
+    b = APP.format(name="b", cluster="shared", p=max(parallelism[1], 1))
+    if parallelism[1] == 0:
+        b += "    state: suspended\n"
+    r = load_files(files(("c.yaml", CLUSTER.format(name="shared", replicas=replicas) + AUTO.format(most=most)),
+                         ("a.yaml", APP.format(name="a", cluster="shared", p=parallelism[0])), ("b.yaml", b)))
+    assert r.errors == ()
+    assert {la.app.spec.task_manager.replicas for la in r.apps.values()} == {want}
+    assert r.clusters["shared"].cluster.spec.task_manager.replicas == replicas  # the spec as written
+
+
+def test_add_task_managers_refuses_beyond_its_ceiling_with_the_numbers() -> None:
+    r = load_files(files(("c.yaml", CLUSTER.format(name="shared", replicas=1) + AUTO.format(most=2)),
+                         ("a.yaml", APP.format(name="a", cluster="shared", p=3)),
+                         ("b.yaml", APP.format(name="b", cluster="shared", p=2))))
+    msg = ("session cluster 'shared' may run at most 2 TaskManagers (capacity.maxTaskManagers) x 2 slots = 4 task "
+           "slots, but its running jobs need 5 (a 3, b 2): raise capacity.maxTaskManagers or taskManager.slots, or "
+           "lower a job's parallelism")
+    assert {e.message for e in r.errors} == {msg} and {e.app for e in r.errors} == {"shared", "a", "b"}
+    assert not r.apps
+
+
+@pytest.mark.parametrize(("capacity", "error"), [
+    ("  capacity:\n    addTaskManagers: true\n", "capacity.addTaskManagers needs capacity.maxTaskManagers"),
+    ("  capacity:\n    addTaskManagers: true\n    maxTaskManagers: 1\n",
+     "capacity.maxTaskManagers (1) is below taskManager.replicas (2)"),
+])
+def test_capacity_settings_are_checked(capacity: str, error: str) -> None:
+    r = load_files(files(("c.yaml", CLUSTER.format(name="shared", replicas=2) + capacity)))
+    assert any(error in e.message and e.app == "shared" for e in r.errors), r.errors
 
 
 def test_an_app_and_a_cluster_may_not_share_a_name() -> None:

@@ -240,3 +240,28 @@ def test_two_clusters_for_one_after_a_rollback_are_said() -> None:
     p = plan_of(repo(), repo(), generations=2)
     (c,) = p.clusters
     assert c.action is Action.NOOP and c.reason.startswith("2 clusters run for it: the old one is kept")
+
+
+AUTO = "  capacity:\n    addTaskManagers: true\n    maxTaskManagers: 3\n"
+
+
+def test_a_job_that_needs_more_slots_adds_task_managers_first_without_touching_the_others() -> None:
+    """2 TaskManagers x 2 slots, jobs a 1 and b 1; c (parallelism 3) comes: 5 slots, 3 TaskManagers. a and b only
+    get their cluster scaled (no stop), c's cluster is scaled before its job starts, and the cluster says why."""
+    base = repo(extra=AUTO)
+    head = load_files({**{f"apps/{n}.yaml": APP.format(name=n, cluster="shared", args="1").encode() for n in "ab"},
+                       "apps/c.yaml": (APP.format(name="c", cluster="shared", args="1")
+                                       + "    parallelism: 3\n").encode(),
+                       "apps/shared.yaml": (CLUSTER.format(memory="1280m") + AUTO).encode()})
+    assert head.errors == ()
+    p = plan_of(base, head, live=["a", "b"])
+    for name in ("a", "b"):
+        ap = p.app(name)
+        assert ap.action is Action.SCALE and [type(s) for s in ap.steps] == [EnsureCluster], ap
+    c = p.app("c")
+    assert c.action is Action.CREATE and isinstance(c.steps[0], EnsureCluster)
+    assert [type(s) for s in c.steps].index(EnsureCluster) < [type(s) for s in c.steps].index(StartJob)
+    (cp,) = p.clusters
+    assert ("TaskManagers 2 -> 3: its running jobs need 5 slots (a 1, b 1, c 3), 2 per TaskManager "
+            "(capacity.addTaskManagers, at most 3)") in cp.reason, cp.reason
+    assert cp.action is Action.SCALE and "TaskManagers 2 -> 3" in to_text(p)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from reconciler.clock import FakeClock
 from reconciler.core.observed import Checkpoint, ClusterPhase
 from reconciler.core.plan import deterministic_job_id
 from reconciler.errors import PermanentStepError
@@ -43,8 +44,14 @@ class Client:
         self.calls.append(("cancel", job_id))
         self.jobs_[job_id] = "CANCELED"
 
+    jars_: list[str] = field(default_factory=list)
+
     def jars(self) -> dict[str, str]:
-        return {}
+        return {j: f"{j}.jar" for j in self.jars_}
+
+    def delete_jar(self, jar_id: str) -> None:
+        self.calls.append(("delete_jar", jar_id))
+        self.jars_.remove(jar_id)
 
     def run_jar(self, jar_id: str, **kw: Any) -> str:
         self.jobs_[kw["job_id"]] = "RUNNING"
@@ -67,8 +74,20 @@ class Host:
     def config_key(self, app: FlinkApp) -> str:
         return app.spec.task_manager.resources.memory
 
-    def jar_id(self, cluster: str, slot: str, jar: Path, *, deadline: float, again: bool = False) -> str:
+    ours: dict[str, str] = field(default_factory=dict)  # jar id -> digest
+    used: dict[str, str] = field(default_factory=dict)  # job id -> jar id
+
+    def jar_id(self, cluster: str, slot: str, jar: Path, *, deadline: float, again: bool = False,
+               job_id: str | None = None) -> str:
+        if job_id is not None:
+            self.used[job_id] = f"jar-{slot}"
         return f"jar-{slot}"
+
+    def jar_uses(self, cluster: str, slot: str) -> tuple[dict[str, str], dict[str, str]]:
+        return dict(self.ours), dict(self.used)
+
+    def forget_jars(self, cluster: str, slot: str, jar_ids: Any, gone_jobs: Any, *, deadline: float) -> None:
+        self.calls.append(("forget_jars", (sorted(jar_ids), sorted(gone_jobs))))
 
     def job_storage(self, app: str) -> dict[str, str]:
         return {"execution.checkpointing.savepoint-dir": f"file:///sp/{app}"}
@@ -213,3 +232,64 @@ def test_removing_an_app_leaves_the_cluster(rt: SessionRuntime, host: Host) -> N
     assert host.slots["cluster"][2].calls == [("cancel", job_of("a"))] and not host.calls
     rt.delete_cluster("shared", deadline=10)  # the session cluster itself (its plan entry, after its apps)
     assert host.calls == [("delete", "shared")]
+
+
+def test_an_undone_move_keeps_the_new_cluster_while_another_job_is_on_its_way(rt: SessionRuntime, host: Host) -> None:
+    """a's job fails on the new cluster while b is stopped on the old one and not started yet (the apps of a move
+    run side by side): a goes back alone, and the new cluster stays for b's start."""
+    for name in ("a", "b"):
+        rt.start_standby(session_app(name, "2g"), generation="g2", deadline=10)
+    old = host.slots["cluster"][2]
+    old.jobs_.update({job_of("a"): "FINISHED", job_of("b"): "FINISHED"})
+    rt.promote_standby("a", generation="g2", deadline=10)
+    rt.discard_standby("a", generation="g2", deadline=10)
+    assert not [c for c in host.calls if c[0] == "discard"]
+    rt.start_job(session_app("b", "2g"), job_id=job_of("b", 2), jar=Path(__file__), restore_path="file:///sp/b/1",
+                 allow_non_restored_state=False, deadline=10)
+    assert job_of("b", 2) in host.slots["cluster"][2].jobs_  # b arrived on the new cluster
+
+
+def test_an_undone_move_keeps_the_new_cluster_for_a_move_begun_and_the_last_undo_discards_it(
+        rt: SessionRuntime, host: Host) -> None:
+    """a's savepoint fails (its job runs on) after b's move began: the new cluster stays for b; when b's move is
+    undone too, nobody needs it and it goes."""
+    for name in ("a", "b"):
+        rt.start_standby(session_app(name, "2g"), generation="g2", deadline=10)
+    rt.discard_standby("a", generation="g2", deadline=10)
+    assert not [c for c in host.calls if c[0] == "discard"]
+    rt.discard_standby("b", generation="g2", deadline=10)
+    assert [c for c in host.calls if c[0] == "discard"] == [("discard", "g2")]
+
+
+def test_the_jobs_of_a_move_go_through_their_downtime_one_after_another(host: Host) -> None:
+    """b's standby step returns (and b's job is stopped) only once a's job, whose move began first, runs all its
+    tasks on the new cluster; a move undone lets the next one go; the wait is bounded."""
+    clock = FakeClock()
+    rt = SessionRuntime(host, clock)
+    rt.set_sessions({"a": "shared", "b": "shared", "c": "shared"}, clusters=["shared"])
+    rt.start_standby(session_app("a", "2g"), generation="g2", deadline=1000)
+    assert clock.monotonic() == 0  # the first one does not wait
+    host.slots["standby"][2].jobs_[job_of("a", 2)] = "RUNNING"  # a moved
+    rt.start_standby(session_app("b", "2g"), generation="g2", deadline=1000)
+    assert clock.monotonic() == 0  # a runs there: b goes at once
+    rt.start_standby(session_app("c", "2g"), generation="g2", deadline=1000)
+    assert clock.monotonic() == pytest.approx(120, abs=0.1)  # b never arrived: c waited its bound, then went
+    rt.discard_standby("b", generation="g2", deadline=1000)
+    start = clock.monotonic()
+    rt.start_standby(session_app("c", "2g"), generation="g2", deadline=1000)  # b's move undone: c's turn
+    assert clock.monotonic() == start
+
+
+def test_a_jar_is_deleted_once_no_job_of_the_cluster_needs_it(rt: SessionRuntime, host: Host) -> None:
+    live = host.slots["cluster"][2]
+    live.jobs_.pop("f" * 32)  # only our jobs run
+    live.jobs_[job_of("a", 0)] = "FINISHED"  # a's job before its upgrade
+    live.jars_ = ["j-old", "j-a", "j-b", "j-warm", "j-theirs", "j-next"]
+    host.ours = {"j-old": "1", "j-a": "2", "j-b": "3", "j-warm": "4", "j-next": "5"}
+    host.used = {job_of("a", 0): "j-old", job_of("a"): "j-a", job_of("b"): "j-b", job_of("c"): "j-next"}
+    assert rt.prune_jars("shared", deadline=10) == ["j-old", "j-warm"]  # c's start is under way: j-next stays
+    assert live.jars_ == ["j-a", "j-b", "j-theirs", "j-next"]  # a jar we did not upload is never ours to delete
+    assert ("forget_jars", (["j-old", "j-warm"], [job_of("a", 0)])) in host.calls
+    # a live job whose jar is not on record (submitted by someone else): every jar stays
+    live.jobs_["f" * 32] = "RUNNING"
+    assert rt.prune_jars("shared", deadline=10) == [] and len(live.jars_) == 4
