@@ -12,7 +12,9 @@ subtasks by Flink (one request per vertex; a source's metric names once per job,
   daemon then applies it like any push (an in-place rescale with `upgrade.inPlaceRescale`). With
   `commit.branch` the commit goes to that branch instead, for a pull request.
 
-Samples and the pending scale-down live in memory: a restarted daemon collects a fresh window first.
+The samples and a pending scale-down are kept in the app's record too (at most one write a minute per app,
+a thinned window: `core.autoscale.to_store`), so a restarted daemon goes on from the stored window instead of
+collecting a fresh one and waiting a full scaleDownDelay again.
 """
 
 from __future__ import annotations
@@ -28,7 +30,19 @@ from typing import TYPE_CHECKING, Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from reconciler.core.autoscale import Advice, Inputs, Sample, ScaleDown, Verdict, VertexMetrics, decide
+from reconciler.core.autoscale import (
+    Advice,
+    Inputs,
+    Sample,
+    ScaleDown,
+    Verdict,
+    VertexMetrics,
+    decide,
+    save_due,
+    to_store,
+    window_doc,
+    window_from_doc,
+)
 from reconciler.core.observed import JobPhase, Outcome, job_phase
 from reconciler.errors import JobNotFoundError, PermanentStepError, ReconcilerError, StepError
 from reconciler.live.ports import Runtime
@@ -81,6 +95,7 @@ class _AppState:
     posted: tuple[str, str, int, int | None] | None = None  # (revision, verdict, proposed, wanted) last reported
     proposed_on_branch: tuple[str, int] | None = None  # (tip, parallelism) last pushed to commit.branch
     pending_names: dict[str, str | None] | None = None  # job id + vertex id -> its pendingRecords metric
+    saved_at: datetime | None = None  # when the window was last written to the app's record
 
 
 def sample(flink: Any, job_id: str, *, at: datetime, pending_names: dict[str, str | None]) -> tuple[Sample, int]:
@@ -123,8 +138,11 @@ class Autoscaler:
     """The autoscaler of one Reconciler (its shard's apps). Called from the pass's worker thread only."""
 
     def __init__(self, rec: Reconciler, *, metrics: AutoscaleMetrics | None = None,
-                 on_commit: Callable[[Committed], None] | None = None) -> None:
+                 on_commit: Callable[[Committed], None] | None = None, stored: bool = True) -> None:
+        """`stored`: go on from the window kept in each app's record and keep it there (the daemon); a one-off
+        look (`scale-advice`) neither reads nor writes it."""
         self.rec = rec
+        self.stored = stored
         self.metrics = metrics
         self.on_commit = on_commit
         self._apps: dict[str, _AppState] = {}
@@ -159,7 +177,9 @@ class Autoscaler:
         app = la.app
         spec = app.spec.autoscale if window is None else app.spec.autoscale.model_copy(update={"window": window})
         name = app.name
-        state = self._apps.setdefault(name, _AppState(samples=deque(maxlen=2000)))
+        state = self._apps.get(name)
+        if state is None:
+            state = self._apps[name] = self._restore(name)
         now = self.rec.clock.now()
         record = self.rec.journal.record(name)
         current = app.spec.job.parallelism
@@ -195,6 +215,7 @@ class Autoscaler:
                                      why_not_running=why, last_change_at=last_change, pending_change=pending,
                                      scale_down=state.scale_down), list(state.samples))
         state.scale_down = advice.scale_down
+        self._save(name, state, now)
         old = self.advice.get(name)
         if old is None or (old.verdict, old.reason.split(":")[0]) != (advice.verdict, advice.reason.split(":")[0]):
             log.info("%s: autoscale %s: %s", name, advice.verdict.value, advice.reason)
@@ -202,6 +223,32 @@ class Autoscaler:
         if self.metrics is not None:
             self.metrics.set_autoscale(name, current=current, wanted=advice.wanted, verdict=advice.verdict.value)
         return advice
+
+    def _restore(self, app: str) -> _AppState:
+        """A new app state, from the window stored in the app's record when there is one (a restarted daemon)."""
+        state = _AppState(samples=deque(maxlen=2000))
+        if not self.stored:
+            return state
+        stored = window_from_doc(self.rec.journal.autoscale_window(app))
+        if stored.problem:
+            log.warning("%s: %s: collecting a fresh window", app, stored.problem)
+        elif stored.samples or stored.scale_down:
+            state.samples.extend(stored.samples)
+            state.scale_down, state.saved_at = stored.scale_down, stored.saved_at
+            log.info("%s: autoscale goes on from %d samples stored in its record (saved %s)", app,
+                     len(stored.samples), stored.saved_at.isoformat() if stored.saved_at else "-")
+        return state
+
+    def _save(self, app: str, state: _AppState, now: datetime, *, empty: bool = False) -> None:
+        """Keep the window in the app's record, at most once every SAVE_EVERY (the record's write budget; `empty`:
+        after its own commit, once per commit)."""
+        if not self.stored or not save_due(state.saved_at, now) or not (state.samples or state.scale_down or empty):
+            return
+        state.saved_at = now  # also on failure: the budget holds, the next try is a minute later
+        try:
+            self.rec.journal.save_autoscale_window(app, window_doc(to_store(state.samples), state.scale_down, now))
+        except ReconcilerError as e:
+            log.warning("%s: cannot keep the autoscale window in the record (tried again in a minute): %s", app, e)
 
     def _count(self, app: str, n: int) -> None:
         self.requests[app] = self.requests.get(app, 0) + n
@@ -227,6 +274,8 @@ class Autoscaler:
         state.scale_down = None
         if branch == self.rec.source.branch:
             state.samples.clear()
+            state.saved_at = None  # the stored window is of the old parallelism: emptied at once
+            self._save(app.name, state, self.rec.clock.now(), empty=True)
         else:
             state.proposed_on_branch = (head, advice.proposed)
         done = Committed(app=app.name, sha=sha, branch=branch, advice=advice)
@@ -329,7 +378,7 @@ def advise_now(rec: Reconciler, app: str, *, seconds: float) -> Advice:
     la = rec.load(head).apps.get(app)
     if la is None:
         raise PermanentStepError(f"no valid spec of app {app!r} at {head[:12]}")
-    scaler = Autoscaler(rec)
+    scaler = Autoscaler(rec, stored=False)
     window = timedelta(seconds=seconds)
     end = rec.clock.monotonic() + seconds + FETCH_SLACK_S
     while True:

@@ -229,8 +229,11 @@ def test_when_the_input_rate_drops_it_scales_back_down_after_the_delay(env: Env)
     ups = env.autoscale_commits()
     env.set_rate(40)
     dropped = time.monotonic()
-    commit = poll(lambda: (c := env.autoscale_commits()) and len(c) > len(ups) and c[0], timeout=60,
-                  what="an autoscale commit scaling down", alive=env.dead)
+
+    def new_commit() -> tuple[str, str] | None:
+        c = env.autoscale_commits()
+        return c[0] if len(c) > len(ups) else None
+    commit = poll(new_commit, timeout=60, what="an autoscale commit scaling down", alive=env.dead)
     decided = time.monotonic() - dropped
     assert commit[1] == f"autoscale({APP}): parallelism 2 -> 1"
     message = git(env.repo.origin, "log", "-1", "--format=%B", commit[0])
@@ -239,8 +242,11 @@ def test_when_the_input_rate_drops_it_scales_back_down_after_the_delay(env: Env)
     counts = env.counts()
     poll(lambda: env.runs_at(job, 1), timeout=60, what="the same job to run at parallelism 1", alive=env.dead)
     assert [j.job_id for j in env.rt.flink(APP).jobs() if j.state == "RUNNING"] == [job]
-    grown = poll(lambda: (now := env.counts()) and sum(now.values()) > sum(counts.values()) + 40 and now,
-                 timeout=30, what="the counts to move on at parallelism 1")
+
+    def moved_on() -> dict[str, int] | None:
+        now = env.counts()
+        return now if sum(now.values()) > sum(counts.values()) + 40 else None
+    grown = poll(moved_on, timeout=30, what="the counts to move on at parallelism 1")
     went_back = {k: (counts[k], grown.get(k)) for k in counts if grown.get(k, 0) < counts[k]}
     assert not went_back, f"counts reset: {went_back}"
     print(f"\nautoscale: scale-down committed {decided:.1f}s after the input rate dropped")
