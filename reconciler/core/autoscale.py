@@ -194,10 +194,10 @@ def decide(spec: AutoscaleSpec, inp: Inputs, samples: Sequence[Sample]) -> Advic
 
 
 def _why_wait(spec: AutoscaleSpec, inp: Inputs, samples: Sequence[Sample]) -> str | list[Sample]:
+    if inp.pending_change:  # first: the shell does not look at the job of a spec that is about to change
+        return "no decision while a change of the app in Git is not applied yet"
     if not inp.job_running:
         return f"no decision while the job is not running ({inp.why_not_running or 'not running'})"
-    if inp.pending_change:
-        return "no decision while a change of the app in Git is not applied yet"
     if inp.last_change_at is not None and inp.now < inp.last_change_at + spec.stabilisation:
         until = inp.last_change_at + spec.stabilisation
         return (f"stabilising after the change applied at {inp.last_change_at:%H:%M:%S} until {until:%H:%M:%S} "

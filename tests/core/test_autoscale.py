@@ -94,6 +94,7 @@ def test_key_group_alignment_only_when_close() -> None:
 WAITS = [
     ({"job_running": False, "why_not_running": "RESTARTING"}, "not running (RESTARTING)"),
     ({"pending_change": True}, "not applied yet"),
+    ({"pending_change": True, "job_running": False, "why_not_running": "no job on record"}, "not applied yet"),
     ({"last_change_at": T0 + timedelta(seconds=10)}, "stabilising"),  # human edit at +10s: 60s stabilisation
 ]
 
