@@ -308,6 +308,18 @@ def _bound(p: int, spec: AutoscaleSpec, slots: int, max_parallelism: int) -> tup
     return p, None
 
 
+# ---------------------------------------------------------------------------------------------- sampling
+
+SAMPLES_PER_WINDOW = 10
+
+
+def sample_due(last: datetime | None, now: datetime, window: timedelta) -> bool:
+    """Whether to ask Flink again. A decision uses the first and the last sample of its window, so about
+    SAMPLES_PER_WINDOW a window are plenty; passes that come more often (a short poll interval, webhooks, drift
+    passes) decide on the samples already taken instead of adding requests."""
+    return last is None or now - last >= window / SAMPLES_PER_WINDOW
+
+
 # ---------------------------------------------------------------------------------------------- the stored window
 # The sample window and a pending scale-down are kept in the app's record, so a restarted daemon (a new pod) goes
 # on deciding where the old one left off instead of collecting a fresh window and waiting a full scaleDownDelay

@@ -1,9 +1,10 @@
 """Autoscaling with Git the truth: sample Flink's metrics, decide (`core.autoscale`), then recommend or commit.
 
 Runs inside the daemon's pass (`Reconciler.sync` calls `Autoscaler.tick` after reconciling), for the apps whose
-spec says `autoscale.mode: recommend | commit`. Per app and tick it asks the JobManager for the job (one
-request), its graph (one) and per vertex the counters and gauges the decision needs, aggregated over the
-subtasks by Flink (one request per vertex; a source's metric names once per job, to find `pendingRecords`).
+spec says `autoscale.mode: recommend | commit`. Per app and tick, at most every window/10 (`sample_due`), it asks
+the JobManager for its jobs (one request), the job's graph (one) and per vertex the counters and gauges the
+decision needs, aggregated over the subtasks by Flink (one request per vertex; a source's metric names once per
+job, to find `pendingRecords`).
 
 - recommend: the advice goes on the applied commit as its own status (`flink-reconciler/<app>/autoscale`),
   to `status` / `scale-advice`, and to /metrics. Nothing changes.
@@ -25,6 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ruamel.yaml import YAML
@@ -38,6 +40,7 @@ from reconciler.core.autoscale import (
     Verdict,
     VertexMetrics,
     decide,
+    sample_due,
     save_due,
     to_store,
     window_doc,
@@ -96,12 +99,16 @@ class _AppState:
     proposed_on_branch: tuple[str, int] | None = None  # (tip, parallelism) last pushed to commit.branch
     pending_names: dict[str, str | None] | None = None  # job id + vertex id -> its pendingRecords metric
     saved_at: datetime | None = None  # when the window was last written to the app's record
+    sampled_at: datetime | None = None  # when Flink was last asked (the job and its metrics)
+    sampled_job: str | None = None
+    running: tuple[bool, str] = (False, "")  # what Flink said then: running, and if not why
 
 
-def sample(flink: Any, job_id: str, *, at: datetime, pending_names: dict[str, str | None]) -> tuple[Sample, int]:
-    """One sample of a running job, and how many requests it took."""
+def sample(flink: Any, job_id: str, *, at: datetime, pending_names: dict[str, str | None],
+           count: Callable[[int], None]) -> Sample:
+    """One sample of a running job; `count(1)` before each request (also one that then fails)."""
+    count(1)
     graph = flink.job_graph(job_id)
-    requests = 1
     vertices: list[VertexMetrics] = []
     missing: list[str] = []
     for v in graph:
@@ -109,13 +116,13 @@ def sample(flink: Any, job_id: str, *, at: datetime, pending_names: dict[str, st
         if not v.inputs:
             key = f"{job_id}/{v.vertex_id}"
             if key not in pending_names:
+                count(1)
                 found = [n for n in flink.vertex_metric_names(job_id, v.vertex_id) if n.endswith(PENDING_SUFFIX)]
-                requests += 1
                 pending_names[key] = found[0] if found else None
             if pending_names[key]:
                 names.append(str(pending_names[key]))
+        count(1)
         got = flink.vertex_metrics(job_id, v.vertex_id, names)
-        requests += 1
         missing += [f"{v.name}: {n}" for n in COUNTERS if "sum" not in got.get(n, {})]
 
         sums = {n: float(a["sum"]) for n, a in got.items() if "sum" in a}
@@ -131,7 +138,7 @@ def sample(flink: Any, job_id: str, *, at: datetime, pending_names: dict[str, st
             records_in_total=total("numRecordsIn"), records_out_total=total("numRecordsOut"), pending=pending,
             busy_ms_per_s=got.get("busyTimeMsPerSecond", {}).get("avg"),
             backpressured_ms_per_s=got.get("backPressuredTimeMsPerSecond", {}).get("avg")))
-    return Sample(at=at, job_id=job_id, vertices=tuple(vertices), missing=tuple(missing)), requests
+    return Sample(at=at, job_id=job_id, vertices=tuple(vertices), missing=tuple(missing))
 
 
 class Autoscaler:
@@ -190,24 +197,31 @@ class Autoscaler:
         last_change = max((e.at for e in lineage), default=None)
         running, why = False, "no job on record"
         job_id = record.job_id if record else None
-        if job_id and not pending:
+        if job_id and not pending and state.sampled_job == job_id and not sample_due(state.sampled_at, now,
+                                                                                     spec.window):
+            running, why = state.running  # decided on the samples taken: Flink is not asked more than needed
+        elif job_id and not pending:
             flink = runtime.flink(name)
             try:
-                summary = flink.job(job_id)
                 self._count(name, 1)
-                phase = job_phase(summary.state, summary.tasks_running, summary.tasks_total, summary.tasks_finished)
-                running, why = phase is JobPhase.RUNNING, f"{summary.state}, {summary.tasks_running}/" \
-                                                          f"{summary.tasks_total} tasks running"
+                summary = next((j for j in flink.jobs() if j.job_id == job_id), None)
+                if summary is None:
+                    running, why = False, f"job {job_id} is not on the JobManager"
+                else:
+                    phase = job_phase(summary.state, summary.tasks_running, summary.tasks_total,
+                                      summary.tasks_finished)
+                    running, why = phase is JobPhase.RUNNING, (f"{summary.state}, {summary.tasks_running}/"
+                                                               f"{summary.tasks_total} tasks running")
                 if running:
                     names = state.pending_names if state.pending_names is not None else {}
                     state.pending_names = names
-                    smp, n = sample(flink, job_id, at=now, pending_names=names)
-                    self._count(name, n)
+                    smp = sample(flink, job_id, at=now, pending_names=names, count=partial(self._count, name))
                     last = state.samples[-1] if state.samples else None
                     if last is None or not same_values(last, smp):
                         state.samples.append(smp)
             except (StepError, JobNotFoundError) as e:
                 running, why = False, f"its metrics cannot be read: {e}"
+            state.sampled_at, state.sampled_job, state.running = now, job_id, (running, why)
         keep = spec.window + spec.stabilisation + timedelta(minutes=1)
         while state.samples and state.samples[0].at < now - keep:
             state.samples.popleft()

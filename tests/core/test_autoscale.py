@@ -244,6 +244,20 @@ def test_a_nearly_idle_vertex_never_vetoes_a_scale_down() -> None:
 
 # ---------------------------------------------------------------------------------------------- the stored window
 
+@pytest.mark.parametrize(("last_s", "now_s", "window_s", "due"), [
+    (None, 0, 30, True),  # never sampled
+    (0, 2, 30, False),  # a pass 2 s later: a tenth of the window is 3 s
+    (0, 3, 30, True),
+    (0, 1, 8, True),  # a short window: every pass a second
+    (0, 29, 300, False),  # the defaults: one sample every 30 s
+])
+def test_flink_is_asked_about_ten_times_a_window(last_s: int | None, now_s: int, window_s: int, due: bool) -> None:
+    from reconciler.core.autoscale import sample_due
+
+    last = None if last_s is None else T0 + timedelta(seconds=last_s)
+    assert sample_due(last, T0 + timedelta(seconds=now_s), timedelta(seconds=window_s)) is due
+
+
 @pytest.mark.parametrize(("saved_s", "now_s", "due"), [
     (None, 0, True),  # never saved
     (0, 30, False),  # within the minute: the record is not written

@@ -124,9 +124,9 @@ class World:
         assert record is not None and record.job_id
         self.stub.rescale(record.job_id, int(ap.desired["spec"]["job"]["parallelism"]))  # type: ignore[index]
 
-    def tick(self, scaler: Autoscaler, rec: Reconciler) -> Any:
-        """One pass's autoscaling at origin's tip, TICK seconds after the last."""
-        self.clock.advance(TICK)
+    def tick(self, scaler: Autoscaler, rec: Reconciler, seconds: float = TICK) -> Any:
+        """One pass's autoscaling at origin's tip, `seconds` after the last."""
+        self.clock.advance(seconds)
         rec.source.fetch()
         scaler.tick(rec.source.head())
         return scaler.advice[APP]
@@ -200,6 +200,21 @@ def test_the_requests_it_counts_are_the_requests_flink_answered(world: World) ->
     assert seen == {"GET /jobs/overview": ticks, f"GET /jobs/{job}": ticks,
                     f"GET /jobs/{job}/vertices/{'a' * 32}/subtasks/metrics": ticks + 1,
                     f"GET /jobs/{job}/vertices/{'b' * 32}/subtasks/metrics": ticks}, seen
+
+
+def test_passes_more_often_than_a_tenth_of_the_window_do_not_ask_flink_more(world: World) -> None:
+    """One pass a second (a short poll interval, webhooks): about ten samples a 30 s window, decided on each pass."""
+    first = world.push(1, "the app at parallelism 1")
+    rec = world.reconciler()
+    world.apply(rec, first)
+    scaler = Autoscaler(rec)
+    world.stub.requests.clear()
+    verdicts = [world.tick(scaler, rec, seconds=1.0).verdict for _ in range(100)]
+    # it still decides on time: stabilisation (60 s), a full window (30 s), then 1 -> 2 committed
+    assert Verdict.SCALE_UP in verdicts[88:96] and world.autoscale_commits(), verdicts
+    samples = world.stub.requests["GET /jobs/overview"]
+    assert 28 <= samples <= 34, world.stub.requests  # one every 3 s (not every second) until the commit
+    assert scaler.requests[APP] == world.stub.total <= samples * 4 + 1
 
 
 def test_the_window_survives_a_restart_of_the_daemon_within_the_write_budget(world: World) -> None:
