@@ -2,9 +2,9 @@
 
 One `flink-reconciler run` process (poll every second) and one local cluster (adaptive scheduler, 2 slots,
 `upgrade.inPlaceRescale`), the counter job costing `--work-us` per record in its counting operator and fed
-`--rate` records/s: overloaded at parallelism 1. `spec.autoscale.mode: commit`. Then a human commits a lower
-`--rate` (a savepoint upgrade, which also restarts the stabilisation window) and the autoscaler scales back
-down once the lower parallelism has been called for for `--scale-down-delay`.
+`--rate` records/s: overloaded at parallelism 1. `spec.autoscale.mode: commit`. Then the input rate drops to
+`--low-rate` (the job reads it from its rate file: no change in Git) and the autoscaler scales back down once
+the lower parallelism has been called for for `--scale-down-delay`.
 
 Printed, from the outside only (the daemon's JSON log, origin's branch, Flink's REST API, the job's output):
 
@@ -14,10 +14,15 @@ Printed, from the outside only (the daemon's JSON log, origin's branch, Flink's 
 - rescale: from the commit until every vertex of the same job runs at the new parallelism;
 - busy % of the counting vertex and backpressured % of the source before and after (Flink's accumulated
   busy/backpressured time over `--measure` seconds);
-- whether any count went back (it must not: in-place rescales restore from the job's own checkpoint).
+- whether any count went back (it must not: in-place rescales restore from the job's own checkpoint);
+- what sampling costs: the REST requests the daemon made for autoscaling per app per minute (its own counter,
+  `flink_reconciler_autoscale_rest_requests_total`, at its poll interval), and, to check that counter, the same
+  autoscaler code driven for `--count-seconds` at one pass every `--count-interval` seconds through a counting
+  proxy in front of the JobManager: the requests that reached Flink against what the autoscaler counted.
 
     .venv/bin/python bench/autoscale_bench.py [--rate 120] [--low-rate 40] [--work-us 10000]
-        [--work-mode sleep|spin] [--window 20s] [--stabilisation 10s] [--scale-down-delay 30s] [--keep]
+        [--work-mode sleep|spin] [--window 20s] [--stabilisation 10s] [--scale-down-delay 30s]
+        [--count-seconds 60] [--count-interval 15] [--keep]
 
 Not a test (not collected by pytest): takes a few minutes. Hold the machine's Flink lock while it runs.
 """
@@ -41,10 +46,16 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from reconciler.apply.journal import Journal  # noqa: E402
 from reconciler.clock import SystemClock  # noqa: E402
+from reconciler.daemon.metrics import Metrics  # noqa: E402
 from reconciler.live.local import LocalRuntime  # noqa: E402
 from reconciler.live.local_config import find_flink_home  # noqa: E402
+from reconciler.service.autoscale import Autoscaler  # noqa: E402
+from reconciler.service.reconcile import Reconciler  # noqa: E402
+from reconciler.source.git import GitSource  # noqa: E402
 from tests.e2e.test_daemon_e2e import DaemonProc  # noqa: E402
+from tests.faults.test_rest_faults import ProxiedRuntime  # noqa: E402
 from tests.fixtures.flink import COUNTER_DIR, COUNTER_MAIN, read_counts, teardown_runtime  # noqa: E402
 from tests.gitutil import Repo, git  # noqa: E402
 
@@ -77,7 +88,7 @@ spec:
     jarURI: jobs/counter/counter.jar
     entryClass: {COUNTER_MAIN}
     args: ["--output-dir", "out", "--keys", "64", "--rate", "{rate:g}", "--work-us", "{a.work_us}",
-           "--work-mode", "{a.work_mode}", "--rate-scope", "taskmanager"]
+           "--work-mode", "{a.work_mode}", "--rate-scope", "taskmanager", "--rate-file", "rate"]
     parallelism: {parallelism}
 """
 
@@ -91,6 +102,7 @@ class Bench:
         self.log_path = root / "daemon.log"
         self.daemon: DaemonProc | None = None
         self.t0 = time.time()
+        self.running = time.time()
 
     def t(self, at: float | None = None) -> str:
         return f"{(at if at is not None else time.time()) - self.t0:7.1f}s"
@@ -200,20 +212,62 @@ class Bench:
         self.daemon = DaemonProc.start(self.log_path, repo_url=str(self.repo.origin), state_dir=str(self.state),
                                        poll_interval=1, drift_interval=60)
         self.wait(lambda: len(self.counts()) == 64, 120, "the job to run")
-        running = time.time()
+        running = self.running = time.time()
         print(f"{self.t()} the job runs at parallelism 1, fed {a.rate:g} records/s, {a.work_us} us per record "
               f"({a.work_mode})", flush=True)
         up = self.phase("scale-up", 1, 2, running)
-        # A human lowers the input rate in Git (an upgrade through a savepoint; the autoscaler stabilises after it).
-        git(self.repo.work, "pull", "-q", "--rebase", "origin", "main")
-        self.repo.write(f"apps/{APP}.yaml", app_yaml(a, rate=a.low_rate, parallelism=2))
-        self.repo.commit(f"lower the input rate to {a.low_rate:g}/s")
-        edited = time.time()
-        print(f"{self.t()} a human commits --rate {a.low_rate:g} (a savepoint upgrade)", flush=True)
-        self.wait(lambda: (j := self.job()) and j != up["job"] and j, 120, "the upgraded job")
-        down = self.phase("scale-down", 2, 1, edited)
+        # The input rate drops (the job reads it from its rate file): no change in Git.
+        target = self.rt.paths(APP).work / "rate"
+        target.with_name(".rate.tmp").write_text(f"{a.low_rate:g}\n")
+        target.with_name(".rate.tmp").replace(target)
+        dropped = time.time()
+        print(f"{self.t()} the input rate drops to {a.low_rate:g}/s (the job's rate file)", flush=True)
+        down = self.phase("scale-down", 2, 1, dropped)
         return [up, down]
 
+    def daemon_requests(self, since: float) -> dict[str, Any]:
+        """What the daemon counted for sampling the app since the job first ran, per minute."""
+        assert self.daemon is not None
+        n = self.daemon.metric("flink_reconciler_autoscale_rest_requests_total", app=APP)
+        minutes = (time.time() - since) / 60
+        return {"requests": int(n), "minutes": round(minutes, 2), "per_minute": round(n / minutes, 1),
+                "poll_interval_s": 1}
+
+    def counted_requests(self) -> dict[str, Any]:
+        """The autoscaler's sampling through a counting proxy: requests that reached Flink vs. what it counted."""
+        a = self.a
+        clock = SystemClock()
+        runtime = ProxiedRuntime(self.state, clock=clock, flink_home=find_flink_home())
+        rec = Reconciler(source=GitSource(str(self.repo.origin), self.state.parent / "count-git"), runtime=runtime,
+                         journal=Journal(self.state / "journal", clock), clock=clock)
+        metrics = Metrics()
+        scaler = Autoscaler(rec, metrics=metrics, stored=False)  # a second observer: reads, never writes
+        rec.source.fetch()
+        la = rec.load(rec.source.head()).apps[APP]
+        rest = runtime.read_record(APP)
+        assert rest is not None
+        proxy = runtime.proxy_of(rest.rest_url)
+        passes = 0
+        start = time.monotonic()
+        try:
+            while time.monotonic() - start < a.count_seconds:
+                scaler.evaluate(la, runtime)
+                passes += 1
+                time.sleep(max(0.0, start + passes * a.count_interval - time.monotonic()))
+        finally:
+            runtime.close()
+        seen = len(proxy.seen)
+        counted = scaler.requests.get(APP, 0)
+        exported = metrics.registry.get_sample_value("flink_reconciler_autoscale_rest_requests_total", {"app": APP})
+        minutes = (time.monotonic() - start) / 60
+        paths = sorted({s.path.split("?")[0] for s in proxy.seen})
+        print(f"{self.t()} sampling through a counting proxy: {passes} passes in {minutes * 60:.0f}s, one every "
+              f"{a.count_interval:g}s: {seen} requests reached Flink, the autoscaler counted {counted} (exported "
+              f"{exported:.0f}): {seen / passes:.1f} a pass, {seen / minutes:.1f} per app per minute", flush=True)
+        for path in paths:
+            print(f"          {sum(1 for s in proxy.seen if s.path.split('?')[0] == path):4d}  GET {path}")
+        return {"passes": passes, "interval_s": a.count_interval, "reached_flink": seen, "counted": counted,
+                "exported": exported, "per_pass": round(seen / passes, 2), "per_minute": round(seen / minutes, 1)}
 
 def describe(load: dict[str, tuple[int, float, float]]) -> str:
     return "; ".join(f"{n.split(' ->')[0]} busy {b:.0f}% backpressured {bp:.0f}%" for n, (_, b, bp) in load.items())
@@ -230,7 +284,7 @@ def source_bp(load: dict[str, tuple[int, float, float]]) -> float:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rate", type=float, default=120.0, help="records/s at first (default: %(default)s)")
-    p.add_argument("--low-rate", type=float, default=40.0, help="records/s after the human edit (default: %(default)s)")
+    p.add_argument("--low-rate", type=float, default=40.0, help="records/s after the rate drops (default: %(default)s)")
     p.add_argument("--work-us", type=int, default=10000, help="cost of one record (default: %(default)s)")
     p.add_argument("--work-mode", choices=["sleep", "spin"], default="sleep", help="(default: %(default)s)")
     p.add_argument("--target-utilisation", type=float, default=0.8, help="(default: %(default)s)")
@@ -238,12 +292,21 @@ def main() -> int:
     p.add_argument("--stabilisation", default="10s", help="(default: %(default)s)")
     p.add_argument("--scale-down-delay", default="30s", help="(default: %(default)s)")
     p.add_argument("--measure", type=float, default=5.0, help="seconds per busy measurement (default: %(default)s)")
+    p.add_argument("--count-seconds", type=float, default=60.0,
+                   help="how long to sample through the counting proxy (default: %(default)s)")
+    p.add_argument("--count-interval", type=float, default=15.0,
+                   help="seconds between passes through the proxy; the daemon's default poll interval (default: "
+                        "%(default)s)")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     a = p.parse_args()
     root = Path(tempfile.mkdtemp(prefix="autoscale-bench-"))
     bench = Bench(a, root)
     try:
         rows = bench.run()
+        daemon = bench.daemon_requests(bench.running)
+        print(f"{bench.t()} the daemon (one pass a second) made {daemon['requests']} autoscale requests for the app "
+              f"in {daemon['minutes']:.1f} min: {daemon['per_minute']} per app per minute", flush=True)
+        counted = bench.counted_requests()
     finally:
         if bench.daemon is not None:
             bench.daemon.proc.terminate()
@@ -254,7 +317,7 @@ def main() -> int:
         teardown_runtime(bench.rt)
         if not a.keep:
             shutil.rmtree(root, ignore_errors=True)
-    print(json.dumps(rows))
+    print(json.dumps({"phases": rows, "daemon_requests": daemon, "proxy_counted": counted}))
     print()
     print("| phase | detect | commit | rescale | busiest vertex busy before -> after | source backpressured before "
           "-> after | counts went back |")

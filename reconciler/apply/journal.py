@@ -809,6 +809,20 @@ class Journal:
             doc["record"]["last_message"] = message
         return True
 
+    def autoscale_window(self, app: str) -> object:
+        """The autoscaler's stored sample window of the app (`core.autoscale.window_doc`), None when there is none."""
+        doc = self._doc(app)
+        return None if doc is None or doc.get("forgotten") else doc.get("autoscale")
+
+    def save_autoscale_window(self, app: str, window: Mapping[str, Any]) -> None:
+        """Keep the autoscaler's sample window in the app's record (the caller budgets how often). Never creates
+        a record: an app without one has nothing applied to autoscale."""
+
+        def fn(doc: Doc) -> None:
+            doc["autoscale"] = dict(window)
+
+        self._update(app, fn, create=False)
+
     def mark_health(self, app: str, *, healthy: bool) -> None:
         """Remember since when the app's job is not running healthy (the recovery grace period counts from it).
         Written only when that changes, never for an app without a record."""

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from itertools import pairwise
 
 from reconciler.spec.model import AutoscaleSpec
 
@@ -193,10 +194,10 @@ def decide(spec: AutoscaleSpec, inp: Inputs, samples: Sequence[Sample]) -> Advic
 
 
 def _why_wait(spec: AutoscaleSpec, inp: Inputs, samples: Sequence[Sample]) -> str | list[Sample]:
+    if inp.pending_change:  # first: the shell does not look at the job of a spec that is about to change
+        return "no decision while a change of the app in Git is not applied yet"
     if not inp.job_running:
         return f"no decision while the job is not running ({inp.why_not_running or 'not running'})"
-    if inp.pending_change:
-        return "no decision while a change of the app in Git is not applied yet"
     if inp.last_change_at is not None and inp.now < inp.last_change_at + spec.stabilisation:
         until = inp.last_change_at + spec.stabilisation
         return (f"stabilising after the change applied at {inp.last_change_at:%H:%M:%S} until {until:%H:%M:%S} "
@@ -305,3 +306,106 @@ def _bound(p: int, spec: AutoscaleSpec, slots: int, max_parallelism: int) -> tup
     if p < spec.min:
         return spec.min, f"raised to autoscale.min {spec.min} (wanted {p})"
     return p, None
+
+
+# ---------------------------------------------------------------------------------------------- sampling
+
+SAMPLES_PER_WINDOW = 10
+
+
+def sample_due(last: datetime | None, now: datetime, window: timedelta) -> bool:
+    """Whether to ask Flink again. A decision uses the first and the last sample of its window, so about
+    SAMPLES_PER_WINDOW a window are plenty; passes that come more often (a short poll interval, webhooks, drift
+    passes) decide on the samples already taken instead of adding requests."""
+    return last is None or now - last >= window / SAMPLES_PER_WINDOW
+
+
+# ---------------------------------------------------------------------------------------------- the stored window
+# The sample window and a pending scale-down are kept in the app's record, so a restarted daemon (a new pod) goes
+# on deciding where the old one left off instead of collecting a fresh window and waiting a full scaleDownDelay
+# again. Writes are budgeted: at most one every SAVE_EVERY per app (a quiet app's record is otherwise untouched),
+# at most MAX_STORED samples (the decision needs the window's first and last samples; a thinned window is at most
+# window/MAX_STORED longer than asked), only those of the latest job since its tasks last started.
+
+SAVE_EVERY = timedelta(minutes=1)
+MAX_STORED = 24
+STORED_VERSION = 1
+
+
+def save_due(saved_at: datetime | None, now: datetime) -> bool:
+    """Whether the window is due to be written to the record (never more often than SAVE_EVERY)."""
+    return saved_at is None or now - saved_at >= SAVE_EVERY
+
+
+def to_store(samples: Sequence[Sample], keep: int = MAX_STORED) -> list[Sample]:
+    """The samples worth keeping: the latest job's complete ones since its tasks last (re)started, thinned evenly
+    to at most `keep` (the oldest and the newest always kept)."""
+    if not samples:
+        return []
+    job = samples[-1].job_id
+    mine = [s for s in samples if s.job_id == job and not s.missing]
+    for i in range(len(mine) - 1, 0, -1):
+        if _restarted(mine[i - 1], mine[i]):
+            mine = mine[i:]
+            break
+    if len(mine) <= keep:
+        return mine
+    # evenly by position (samples come one a tick): always `keep` of them, the oldest and the newest included
+    return [mine[round(i * (len(mine) - 1) / (keep - 1))] for i in range(keep)]
+
+
+def window_doc(samples: Sequence[Sample], scale_down: ScaleDown | None, saved_at: datetime) -> dict[str, object]:
+    """The stored form (JSON): each vertex's graph once, then per sample only what changes, without the gauges
+    (a decision uses the counters)."""
+    graph: dict[str, list[object]] = {}
+    rows: list[list[object]] = []
+    for s in samples:
+        vs: list[list[object]] = []
+        for v in s.vertices:
+            graph.setdefault(v.vertex_id, [v.name, v.max_parallelism, list(v.inputs)])
+            vs.append([v.vertex_id, v.parallelism, v.busy_total_ms, v.backpressured_total_ms, v.idle_total_ms,
+                       v.records_in_total, v.records_out_total, v.pending])
+        rows.append([s.at.isoformat(), vs])
+    return {"version": STORED_VERSION, "saved_at": saved_at.isoformat(),
+            "job_id": samples[-1].job_id if samples else None, "vertices": graph, "samples": rows,
+            "scale_down": ({"since": scale_down.since.isoformat(), "peak": scale_down.peak} if scale_down else None)}
+
+
+@dataclass(frozen=True)
+class StoredWindow:
+    samples: tuple[Sample, ...] = ()
+    scale_down: ScaleDown | None = None
+    saved_at: datetime | None = None
+    problem: str | None = None  # why the stored window could not be read (it is then ignored, never fatal)
+
+
+def window_from_doc(doc: object) -> StoredWindow:
+    """The stored window back; anything unreadable gives an empty window and says why (a fresh window is
+    collected: slower, never wrong)."""
+    if doc is None:
+        return StoredWindow()
+    try:
+        if not isinstance(doc, dict) or doc.get("version") != STORED_VERSION:
+            raise ValueError(f"unknown form (version {doc.get('version') if isinstance(doc, dict) else '?'})")
+        graph = doc["vertices"]
+        job = str(doc["job_id"]) if doc.get("job_id") else ""
+        samples = []
+        for at, vs in doc["samples"]:
+            vertices = []
+            for vid, p, busy, bp, idle, rin, rout, pending in vs:
+                name, maxp, inputs = graph[vid]
+                vertices.append(VertexMetrics(
+                    vertex_id=str(vid), name=str(name), parallelism=int(p), max_parallelism=int(maxp),
+                    inputs=tuple(str(i) for i in inputs), busy_total_ms=float(busy), backpressured_total_ms=float(bp),
+                    idle_total_ms=float(idle), records_in_total=float(rin), records_out_total=float(rout),
+                    pending=None if pending is None else float(pending)))
+            samples.append(Sample(at=datetime.fromisoformat(at), job_id=job, vertices=tuple(vertices)))
+        down = doc.get("scale_down")
+        scale_down = (ScaleDown(since=datetime.fromisoformat(down["since"]), peak=int(down["peak"]))
+                      if down else None)
+        saved = datetime.fromisoformat(doc["saved_at"])
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return StoredWindow(problem=f"the stored autoscale window is unreadable ({type(e).__name__}: {e})")
+    if any(b.at <= a.at for a, b in pairwise(samples)):
+        return StoredWindow(problem="the stored autoscale window's samples are out of order")
+    return StoredWindow(samples=tuple(samples), scale_down=scale_down, saved_at=saved)

@@ -1,9 +1,10 @@
 """Autoscaling with Git the truth: sample Flink's metrics, decide (`core.autoscale`), then recommend or commit.
 
 Runs inside the daemon's pass (`Reconciler.sync` calls `Autoscaler.tick` after reconciling), for the apps whose
-spec says `autoscale.mode: recommend | commit`. Per app and tick it asks the JobManager for the job (one
-request), its graph (one) and per vertex the counters and gauges the decision needs, aggregated over the
-subtasks by Flink (one request per vertex; a source's metric names once per job, to find `pendingRecords`).
+spec says `autoscale.mode: recommend | commit`. Per app and tick, at most every window/10 (`sample_due`), it asks
+the JobManager for its jobs (one request), the job's graph (one) and per vertex the counters and gauges the
+decision needs, aggregated over the subtasks by Flink (one request per vertex; a source's metric names once per
+job, to find `pendingRecords`).
 
 - recommend: the advice goes on the applied commit as its own status (`flink-reconciler/<app>/autoscale`),
   to `status` / `scale-advice`, and to /metrics. Nothing changes.
@@ -12,7 +13,9 @@ subtasks by Flink (one request per vertex; a source's metric names once per job,
   daemon then applies it like any push (an in-place rescale with `upgrade.inPlaceRescale`). With
   `commit.branch` the commit goes to that branch instead, for a pull request.
 
-Samples and the pending scale-down live in memory: a restarted daemon collects a fresh window first.
+The samples and a pending scale-down are kept in the app's record too (at most one write a minute per app,
+a thinned window: `core.autoscale.to_store`), so a restarted daemon goes on from the stored window instead of
+collecting a fresh one and waiting a full scaleDownDelay again.
 """
 
 from __future__ import annotations
@@ -23,12 +26,26 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from reconciler.core.autoscale import Advice, Inputs, Sample, ScaleDown, Verdict, VertexMetrics, decide
+from reconciler.core.autoscale import (
+    Advice,
+    Inputs,
+    Sample,
+    ScaleDown,
+    Verdict,
+    VertexMetrics,
+    decide,
+    sample_due,
+    save_due,
+    to_store,
+    window_doc,
+    window_from_doc,
+)
 from reconciler.core.observed import JobPhase, Outcome, job_phase
 from reconciler.errors import JobNotFoundError, PermanentStepError, ReconcilerError, StepError
 from reconciler.live.ports import Runtime
@@ -81,12 +98,17 @@ class _AppState:
     posted: tuple[str, str, int, int | None] | None = None  # (revision, verdict, proposed, wanted) last reported
     proposed_on_branch: tuple[str, int] | None = None  # (tip, parallelism) last pushed to commit.branch
     pending_names: dict[str, str | None] | None = None  # job id + vertex id -> its pendingRecords metric
+    saved_at: datetime | None = None  # when the window was last written to the app's record
+    sampled_at: datetime | None = None  # when Flink was last asked (the job and its metrics)
+    sampled_job: str | None = None
+    running: tuple[bool, str] = (False, "")  # what Flink said then: running, and if not why
 
 
-def sample(flink: Any, job_id: str, *, at: datetime, pending_names: dict[str, str | None]) -> tuple[Sample, int]:
-    """One sample of a running job, and how many requests it took."""
+def sample(flink: Any, job_id: str, *, at: datetime, pending_names: dict[str, str | None],
+           count: Callable[[int], None]) -> Sample:
+    """One sample of a running job; `count(1)` before each request (also one that then fails)."""
+    count(1)
     graph = flink.job_graph(job_id)
-    requests = 1
     vertices: list[VertexMetrics] = []
     missing: list[str] = []
     for v in graph:
@@ -94,13 +116,13 @@ def sample(flink: Any, job_id: str, *, at: datetime, pending_names: dict[str, st
         if not v.inputs:
             key = f"{job_id}/{v.vertex_id}"
             if key not in pending_names:
+                count(1)
                 found = [n for n in flink.vertex_metric_names(job_id, v.vertex_id) if n.endswith(PENDING_SUFFIX)]
-                requests += 1
                 pending_names[key] = found[0] if found else None
             if pending_names[key]:
                 names.append(str(pending_names[key]))
+        count(1)
         got = flink.vertex_metrics(job_id, v.vertex_id, names)
-        requests += 1
         missing += [f"{v.name}: {n}" for n in COUNTERS if "sum" not in got.get(n, {})]
 
         sums = {n: float(a["sum"]) for n, a in got.items() if "sum" in a}
@@ -116,15 +138,18 @@ def sample(flink: Any, job_id: str, *, at: datetime, pending_names: dict[str, st
             records_in_total=total("numRecordsIn"), records_out_total=total("numRecordsOut"), pending=pending,
             busy_ms_per_s=got.get("busyTimeMsPerSecond", {}).get("avg"),
             backpressured_ms_per_s=got.get("backPressuredTimeMsPerSecond", {}).get("avg")))
-    return Sample(at=at, job_id=job_id, vertices=tuple(vertices), missing=tuple(missing)), requests
+    return Sample(at=at, job_id=job_id, vertices=tuple(vertices), missing=tuple(missing))
 
 
 class Autoscaler:
     """The autoscaler of one Reconciler (its shard's apps). Called from the pass's worker thread only."""
 
     def __init__(self, rec: Reconciler, *, metrics: AutoscaleMetrics | None = None,
-                 on_commit: Callable[[Committed], None] | None = None) -> None:
+                 on_commit: Callable[[Committed], None] | None = None, stored: bool = True) -> None:
+        """`stored`: go on from the window kept in each app's record and keep it there (the daemon); a one-off
+        look (`scale-advice`) neither reads nor writes it."""
         self.rec = rec
+        self.stored = stored
         self.metrics = metrics
         self.on_commit = on_commit
         self._apps: dict[str, _AppState] = {}
@@ -159,7 +184,9 @@ class Autoscaler:
         app = la.app
         spec = app.spec.autoscale if window is None else app.spec.autoscale.model_copy(update={"window": window})
         name = app.name
-        state = self._apps.setdefault(name, _AppState(samples=deque(maxlen=2000)))
+        state = self._apps.get(name)
+        if state is None:
+            state = self._apps[name] = self._restore(name)
         now = self.rec.clock.now()
         record = self.rec.journal.record(name)
         current = app.spec.job.parallelism
@@ -170,24 +197,31 @@ class Autoscaler:
         last_change = max((e.at for e in lineage), default=None)
         running, why = False, "no job on record"
         job_id = record.job_id if record else None
-        if job_id and not pending:
+        if job_id and not pending and state.sampled_job == job_id and not sample_due(state.sampled_at, now,
+                                                                                     spec.window):
+            running, why = state.running  # decided on the samples taken: Flink is not asked more than needed
+        elif job_id and not pending:
             flink = runtime.flink(name)
             try:
-                summary = flink.job(job_id)
                 self._count(name, 1)
-                phase = job_phase(summary.state, summary.tasks_running, summary.tasks_total, summary.tasks_finished)
-                running, why = phase is JobPhase.RUNNING, f"{summary.state}, {summary.tasks_running}/" \
-                                                          f"{summary.tasks_total} tasks running"
+                summary = next((j for j in flink.jobs() if j.job_id == job_id), None)
+                if summary is None:
+                    running, why = False, f"job {job_id} is not on the JobManager"
+                else:
+                    phase = job_phase(summary.state, summary.tasks_running, summary.tasks_total,
+                                      summary.tasks_finished)
+                    running, why = phase is JobPhase.RUNNING, (f"{summary.state}, {summary.tasks_running}/"
+                                                               f"{summary.tasks_total} tasks running")
                 if running:
                     names = state.pending_names if state.pending_names is not None else {}
                     state.pending_names = names
-                    smp, n = sample(flink, job_id, at=now, pending_names=names)
-                    self._count(name, n)
+                    smp = sample(flink, job_id, at=now, pending_names=names, count=partial(self._count, name))
                     last = state.samples[-1] if state.samples else None
                     if last is None or not same_values(last, smp):
                         state.samples.append(smp)
             except (StepError, JobNotFoundError) as e:
                 running, why = False, f"its metrics cannot be read: {e}"
+            state.sampled_at, state.sampled_job, state.running = now, job_id, (running, why)
         keep = spec.window + spec.stabilisation + timedelta(minutes=1)
         while state.samples and state.samples[0].at < now - keep:
             state.samples.popleft()
@@ -195,6 +229,7 @@ class Autoscaler:
                                      why_not_running=why, last_change_at=last_change, pending_change=pending,
                                      scale_down=state.scale_down), list(state.samples))
         state.scale_down = advice.scale_down
+        self._save(name, state, now)
         old = self.advice.get(name)
         if old is None or (old.verdict, old.reason.split(":")[0]) != (advice.verdict, advice.reason.split(":")[0]):
             log.info("%s: autoscale %s: %s", name, advice.verdict.value, advice.reason)
@@ -202,6 +237,32 @@ class Autoscaler:
         if self.metrics is not None:
             self.metrics.set_autoscale(name, current=current, wanted=advice.wanted, verdict=advice.verdict.value)
         return advice
+
+    def _restore(self, app: str) -> _AppState:
+        """A new app state, from the window stored in the app's record when there is one (a restarted daemon)."""
+        state = _AppState(samples=deque(maxlen=2000))
+        if not self.stored:
+            return state
+        stored = window_from_doc(self.rec.journal.autoscale_window(app))
+        if stored.problem:
+            log.warning("%s: %s: collecting a fresh window", app, stored.problem)
+        elif stored.samples or stored.scale_down:
+            state.samples.extend(stored.samples)
+            state.scale_down, state.saved_at = stored.scale_down, stored.saved_at
+            log.info("%s: autoscale goes on from %d samples stored in its record (saved %s)", app,
+                     len(stored.samples), stored.saved_at.isoformat() if stored.saved_at else "-")
+        return state
+
+    def _save(self, app: str, state: _AppState, now: datetime, *, empty: bool = False) -> None:
+        """Keep the window in the app's record, at most once every SAVE_EVERY (the record's write budget; `empty`:
+        after its own commit, once per commit)."""
+        if not self.stored or not save_due(state.saved_at, now) or not (state.samples or state.scale_down or empty):
+            return
+        state.saved_at = now  # also on failure: the budget holds, the next try is a minute later
+        try:
+            self.rec.journal.save_autoscale_window(app, window_doc(to_store(state.samples), state.scale_down, now))
+        except ReconcilerError as e:
+            log.warning("%s: cannot keep the autoscale window in the record (tried again in a minute): %s", app, e)
 
     def _count(self, app: str, n: int) -> None:
         self.requests[app] = self.requests.get(app, 0) + n
@@ -227,6 +288,8 @@ class Autoscaler:
         state.scale_down = None
         if branch == self.rec.source.branch:
             state.samples.clear()
+            state.saved_at = None  # the stored window is of the old parallelism: emptied at once
+            self._save(app.name, state, self.rec.clock.now(), empty=True)
         else:
             state.proposed_on_branch = (head, advice.proposed)
         done = Committed(app=app.name, sha=sha, branch=branch, advice=advice)
@@ -329,7 +392,7 @@ def advise_now(rec: Reconciler, app: str, *, seconds: float) -> Advice:
     la = rec.load(head).apps.get(app)
     if la is None:
         raise PermanentStepError(f"no valid spec of app {app!r} at {head[:12]}")
-    scaler = Autoscaler(rec)
+    scaler = Autoscaler(rec, stored=False)
     window = timedelta(seconds=seconds)
     end = rec.clock.monotonic() + seconds + FETCH_SLACK_S
     while True:

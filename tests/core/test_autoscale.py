@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -93,6 +94,7 @@ def test_key_group_alignment_only_when_close() -> None:
 WAITS = [
     ({"job_running": False, "why_not_running": "RESTARTING"}, "not running (RESTARTING)"),
     ({"pending_change": True}, "not applied yet"),
+    ({"pending_change": True, "job_running": False, "why_not_running": "no job on record"}, "not applied yet"),
     ({"last_change_at": T0 + timedelta(seconds=10)}, "stabilising"),  # human edit at +10s: 60s stabilisation
 ]
 
@@ -238,3 +240,86 @@ def test_a_nearly_idle_vertex_never_vetoes_a_scale_down() -> None:
     src = a.vertices[0]
     assert src.proposed == 1 and src.true_rate == pytest.approx(40.0 / 2 / 0.01)
     assert a.wanted == 1 and a.verdict is Verdict.WAIT and "scale down 2 -> 1" in a.reason
+
+
+# ---------------------------------------------------------------------------------------------- the stored window
+
+@pytest.mark.parametrize(("last_s", "now_s", "window_s", "due"), [
+    (None, 0, 30, True),  # never sampled
+    (0, 2, 30, False),  # a pass 2 s later: a tenth of the window is 3 s
+    (0, 3, 30, True),
+    (0, 1, 8, True),  # a short window: every pass a second
+    (0, 29, 300, False),  # the defaults: one sample every 30 s
+])
+def test_flink_is_asked_about_ten_times_a_window(last_s: int | None, now_s: int, window_s: int, due: bool) -> None:
+    from reconciler.core.autoscale import sample_due
+
+    last = None if last_s is None else T0 + timedelta(seconds=last_s)
+    assert sample_due(last, T0 + timedelta(seconds=now_s), timedelta(seconds=window_s)) is due
+
+
+@pytest.mark.parametrize(("saved_s", "now_s", "due"), [
+    (None, 0, True),  # never saved
+    (0, 30, False),  # within the minute: the record is not written
+    (0, 59, False),
+    (0, 60, True),
+])
+def test_the_window_is_saved_at_most_once_a_minute(saved_s: int | None, now_s: int, due: bool) -> None:
+    from reconciler.core.autoscale import save_due
+
+    saved = None if saved_s is None else T0 + timedelta(seconds=saved_s)
+    assert save_due(saved, T0 + timedelta(seconds=now_s)) is due
+
+
+def test_what_is_stored_is_the_latest_jobs_samples_since_its_restart_thinned() -> None:
+    from reconciler.core.autoscale import to_store
+
+    old = series(1, seconds=20, rate=100.0, busy=1000.0, jid="old")
+    before = [job(1, at=T0 + timedelta(seconds=t), rate=100.0, busy=1000.0) for t in range(30, 51, 5)]
+    restarted = T0 + timedelta(seconds=55)
+    after = [job(1, at=T0 + timedelta(seconds=t), rate=100.0, busy=1000.0, since=restarted) for t in range(60, 300)]
+    gappy = job(1, at=T0 + timedelta(seconds=300), rate=100.0, busy=1000.0, since=restarted, missing=("x: y",))
+    kept = to_store([*old, *before, *after, gappy], keep=10)
+    assert len(kept) == 10 and kept[0] is after[0] and kept[-1] is after[-1]
+    gaps = [(b.at - a.at).total_seconds() for a, b in pairwise(kept)]
+    assert all(g >= 26 for g in gaps), gaps  # evenly over 239 samples a second apart: 26 or 27 s
+    assert to_store(after[:5], keep=10) == after[:5]
+    assert to_store([]) == []
+
+
+def test_the_stored_window_round_trips_and_decides_alike() -> None:
+    from reconciler.core.autoscale import to_store, window_doc, window_from_doc
+
+    s = series(1, seconds=60, step=1, rate=100.0, busy=1000.0, lag=5.0)
+    down = ScaleDown(since=T0 + timedelta(seconds=3), peak=1)
+    doc = window_doc(to_store(s), down, T0 + timedelta(seconds=60))
+    import json
+    back = window_from_doc(json.loads(json.dumps(doc)))  # what a record store keeps: JSON
+    assert back.problem is None and back.scale_down == down and back.saved_at == T0 + timedelta(seconds=60)
+    assert len(back.samples) == 24 and back.samples[-1] == s[-1] and back.samples[0] == s[0]
+    assert back.samples[0].vertices[0].pending == 5.0
+    now = inputs(1, now_s=60)
+    restored, full = decide(SPEC, now, back.samples).to_json(), decide(SPEC, now, s).to_json()
+    # the thinned window starts at most a gap earlier (here 29 s instead of 30 s): the same decision and numbers
+    assert restored["window"] == ["2026-01-01T12:00:29+00:00", "2026-01-01T12:01:00+00:00"]
+    assert {k: v for k, v in restored.items() if k not in ("samples", "window")} == \
+        {k: v for k, v in full.items() if k not in ("samples", "window")}
+
+
+@pytest.mark.parametrize(("doc", "problem"), [
+    (None, None),  # nothing stored yet
+    ({"version": 99}, "unknown form (version 99)"),
+    ("a string", "unknown form"),
+    ({"version": 1, "saved_at": "2026-01-01T00:00:00+00:00", "job_id": "j", "vertices": {},
+      "samples": [["2026-01-01T00:00:00+00:00", [["v", 1, 0, 0, 0, 0, 0, None]]]]}, "KeyError"),
+    ({"version": 1, "saved_at": "yesterday", "job_id": "j", "vertices": {}, "samples": []}, "ValueError"),
+    ({"version": 1, "saved_at": "2026-01-01T00:00:00+00:00", "job_id": "j", "vertices": {"v": ["v", 128, []]},
+      "samples": [["2026-01-01T00:00:05+00:00", [["v", 1, 0, 0, 0, 0, 0, None]]],
+                  ["2026-01-01T00:00:01+00:00", [["v", 1, 0, 0, 0, 0, 0, None]]]]}, "out of order"),
+])
+def test_an_unreadable_stored_window_is_ignored_and_says_why(doc: object, problem: str | None) -> None:
+    from reconciler.core.autoscale import window_from_doc
+
+    got = window_from_doc(doc)
+    assert got.samples == () and got.scale_down is None
+    assert (got.problem is None) if problem is None else (problem in (got.problem or "")), got.problem

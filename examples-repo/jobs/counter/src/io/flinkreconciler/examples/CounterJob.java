@@ -44,6 +44,9 @@ import org.apache.flink.util.ParameterTool;
  * {@code --fail-above N} throws once a key's count would pass N (a job that crashes on every start),
  * {@code --rate-scope taskmanager} makes {@code --rate} the rate of all source subtasks of a TaskManager
  * together, whatever the parallelism (default {@code job}: the generator's own limiter),
+ * {@code --rate-file F} (with {@code --rate-scope taskmanager}) reads the rate from file F while the job runs,
+ * checked every half second, {@code --rate} while F is absent or unreadable (a test changes the input rate
+ * without changing the job's spec in Git),
  * {@code --work-us N} costs N microseconds per record in the counting operator (default 0: an overloaded
  * job for the autoscaler), spent busy-spinning on a core, or asleep with {@code --work-mode sleep} (the
  * operator is just as busy to Flink's metrics, without taking a core from a shared machine).
@@ -62,8 +65,12 @@ public final class CounterJob {
         long workMicros = params.getLong("work-us", 0L);
         String workMode = params.get("work-mode", "spin");
         String rateScope = params.get("rate-scope", "job");
+        String rateFile = params.get("rate-file", null);
         if (!rateScope.equals("job") && !rateScope.equals("taskmanager")) {
             throw new IllegalArgumentException("--rate-scope must be job or taskmanager, got " + rateScope);
+        }
+        if (rateFile != null && !rateScope.equals("taskmanager")) {
+            throw new IllegalArgumentException("--rate-file needs --rate-scope taskmanager");
         }
         if (workMicros < 0) {
             throw new IllegalArgumentException("--work-us must be >= 0, got " + workMicros);
@@ -81,7 +88,7 @@ public final class CounterJob {
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
 
         RateLimiterStrategy limit = rateScope.equals("job")
-                ? RateLimiterStrategy.perSecond(rate) : new SharedRate(rate);
+                ? RateLimiterStrategy.perSecond(rate) : new SharedRate(rate, rateFile);
         DataGeneratorSource<String> source = new DataGeneratorSource<>(
                 new KeyGenerator(keys), Long.MAX_VALUE, limit, Types.STRING);
 
@@ -103,29 +110,60 @@ public final class CounterJob {
      * One rate for every source subtask of a TaskManager JVM together. The generator's own splits are fixed
      * when the job first starts (one per subtask then): after an in-place rescale from 1 to 2 one subtask
      * keeps the only split, and {@code perSecond} would give it half the rate. Waiting readers are idle
-     * (not busy) to Flink's metrics, as with {@code perSecond}.
+     * (not busy) to Flink's metrics, as with {@code perSecond}. With a rate file, the rate in it (records per
+     * second, a decimal number) replaces {@code --rate} from the next record on, checked every half second.
      */
     static final class SharedRate implements RateLimiterStrategy {
         private static final long serialVersionUID = 1L;
+        private static final long RECHECK_NANOS = 500_000_000L;
         private static final AtomicLong NEXT = new AtomicLong(Long.MIN_VALUE);
+        private static final AtomicLong INTERVAL = new AtomicLong(0L);
+        private static final AtomicLong CHECKED = new AtomicLong(Long.MIN_VALUE);
         private static final ScheduledExecutorService TIMER = Executors.newSingleThreadScheduledExecutor(r -> {
             Thread t = new Thread(r, "counter-shared-rate");
             t.setDaemon(true);
             return t;
         });
         private final double rate;
+        private final String rateFile;
 
-        SharedRate(double rate) {
+        SharedRate(double rate, String rateFile) {
             this.rate = rate;
+            this.rateFile = rateFile;
+        }
+
+        /** Nanoseconds between records: from the rate file when it holds a positive number, else --rate. */
+        private long interval(long now) {
+            long checked = CHECKED.get();
+            long current = INTERVAL.get();
+            if (current > 0 && now - checked < RECHECK_NANOS) {
+                return current;
+            }
+            double r = rate;
+            if (rateFile != null) {
+                try {
+                    double fromFile = Double.parseDouble(
+                            new String(Files.readAllBytes(Paths.get(rateFile)), StandardCharsets.UTF_8).trim());
+                    if (fromFile > 0) {
+                        r = fromFile;
+                    }
+                } catch (IOException | NumberFormatException e) {
+                    // absent or half-written: keep --rate
+                }
+            }
+            long next = (long) (1_000_000_000L / r);
+            INTERVAL.set(next);
+            CHECKED.set(now);
+            return next;
         }
 
         @Override
         public RateLimiter createRateLimiter(int parallelism) {
-            long interval = (long) (1_000_000_000L / rate);
             return new RateLimiter() {
                 @Override
                 public CompletionStage<Void> acquire(int events) {
                     long now = System.nanoTime();
+                    long interval = interval(now);
                     long slot = NEXT.getAndAccumulate(now, (prev, t) -> Math.max(prev, t) + interval * events);
                     long wait = Math.max(slot, now) - now;
                     if (wait <= 0) {
