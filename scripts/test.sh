@@ -19,10 +19,10 @@ for arg in "$@"; do
   esac
 done
 
-# Two workers (tests/conftest.py keeps every real-Flink module on one of them, in order); the caller's own
+# Two workers (tests/conftest.py schedules every real-Flink module on one of them, in order); the caller's own
 # -n wins (e.g. `-n 0` for one process). The slowest tests are listed at the end.
 set +e
-.venv/bin/python -m pytest -n "${FLINK_RECONCILER_TEST_WORKERS:-2}" --dist loadgroup --durations=25 "$@"
+.venv/bin/python -m pytest -n "${FLINK_RECONCILER_TEST_WORKERS:-2}" --durations=25 "$@"
 rc=$?
 set -e
 # pytest exits 5 when it collected nothing. A filter that matches nothing is the caller's business;
