@@ -36,6 +36,7 @@ from reconciler.live.ports import (
     ClusterInfo,
     ClusterOverview,
     FlinkApi,
+    ImageJars,
     JarApi,
     JobSummary,
     SavepointStatus,
@@ -168,6 +169,17 @@ class SessionRuntime:
     def __getattr__(self, name: str) -> Any:  # what only the wrapped runtime has (paths, records, close)
         return getattr(self.host, name)
 
+    @property
+    def revision(self) -> str:
+        """The revision a runtime that stamps its objects with it (Kubernetes) is told by the executor: the wrapped
+        runtime's (an AttributeError, so `hasattr` is False, for one without)."""
+        value: str = self.host.revision  # type: ignore[attr-defined]
+        return value
+
+    @revision.setter
+    def revision(self, value: str) -> None:
+        self.host.revision = value  # type: ignore[attr-defined]
+
     # -- Runtime -------------------------------------------------------------------------------------
 
     def list_clusters(self) -> dict[str, ClusterInfo]:
@@ -251,7 +263,8 @@ class SessionRuntime:
         if cluster is None:
             return self.host.start_job(app, job_id=job_id, jar=jar, restore_path=restore_path,
                                        allow_non_restored_state=allow_non_restored_state, deadline=deadline)
-        if jar is None or not jar.is_file():
+        image = jar is None and isinstance(self.host, ImageJars)  # a local:// jar its JobManager staged
+        if not image and (jar is None or not jar.is_file()):
             raise PermanentStepError(f"app {app.name}: job jar {jar or app.spec.job.jar_uri} is not a file here; a "
                                      "job on a session cluster is submitted through REST from a jar the reconciler "
                                      "can read")
@@ -267,6 +280,10 @@ class SessionRuntime:
             savepoint_path=restore_path, allow_non_restored_state=allow_non_restored_state,
             flink_configuration=self.host.job_storage(app.name),
         )
+        if image:
+            assert isinstance(self.host, ImageJars)
+            return client.run_jar(self.host.image_jar_id(cluster, target.slot, app), **run)
+        assert jar is not None
         jar_id = self.host.jar_id(cluster, target.slot, jar, deadline=deadline)
         try:
             return client.run_jar(jar_id, **run)
@@ -295,6 +312,8 @@ class SessionRuntime:
                 if _live_jobs(g.client):
                     continue  # which jar a running job came from is not on record: keep them all while any run
                 for jar_id in g.client.jars():
+                    if isinstance(self.host, ImageJars) and self.host.is_image_jar(jar_id):
+                        continue  # the image's, staged once when the JobManager started
                     g.client.delete_jar(jar_id)  # a later submit uploads it again (`start_job`)
                     removed.append(jar_id)
             except ReconcilerError as e:
