@@ -277,7 +277,8 @@ def image_jar_id(jar_uri: str) -> str | None:
     if not jar_uri.startswith("local://") or not path.startswith(IMAGE_JARS + "/") or not path.endswith(".jar"):
         return None
     rel = path[len(IMAGE_JARS) + 1:]
-    return f"{IMAGE_JAR_PREFIX}{hashlib.sha256(rel.encode()).hexdigest()[:12]}-{rel.rsplit('/', 1)[-1]}"
+    # `<prefix><12 hex>_<file name>`: Flink's jar list skips a file without `_` (its uploads are `<uuid>_<name>`).
+    return f"{IMAGE_JAR_PREFIX}{hashlib.sha256(rel.encode()).hexdigest()[:12]}_{rel.rsplit('/', 1)[-1]}"
 
 
 def session_job_problems(app: FlinkApp) -> list[SpecProblem]:
@@ -498,7 +499,7 @@ def _pod_spec(app: FlinkApp, component: str, args: list[str], config_hash: str, 
             "name": "stage-image-jars", "image": image,
             "command": ["sh", "-c", 'mkdir -p "$JAR_DIR" && chmod 0777 "$JAR_DIR" && if [ -d "$IMAGE_JARS" ]; then '
                         'find "$IMAGE_JARS" -type f -name "*.jar" | while read -r f; do rel="${f#"$IMAGE_JARS"/}"; '
-                        'id="$PREFIX$(printf %s "$rel" | sha256sum | cut -c1-12)-${f##*/}"; '
+                        'id="$PREFIX$(printf %s "$rel" | sha256sum | cut -c1-12)_${f##*/}"; '
                         'cp "$f" "$JAR_DIR/$id" && chmod 0644 "$JAR_DIR/$id" || exit 1; done; fi'],
             "env": [{"name": "IMAGE_JARS", "value": IMAGE_JARS},
                     {"name": "JAR_DIR", "value": f"{WEB_UPLOAD_DIR}/flink-web-upload"},
