@@ -17,7 +17,7 @@ import yaml
 from reconciler.cli import main
 from reconciler.live import k8s_render as r
 from reconciler.spec.model import FlinkApp
-from reconciler.spec.session import FlinkSessionCluster, cluster_app, effective_app, session_generation
+from reconciler.spec.session import SESSION_LABEL, FlinkSessionCluster, cluster_app, effective_app, session_generation
 
 pytestmark = pytest.mark.kubernetes
 
@@ -56,7 +56,7 @@ def test_a_session_cluster_is_one_session_mode_cluster_of_its_own_generation_und
                          ("RoleBinding", "shared-flink"), ("ConfigMap", f"{p}-config"), ("Service", f"{p}-jm"),
                          ("Service", f"{p}-rest"), ("Deployment", f"{p}-tm"), ("Deployment", f"{p}-jm")}
     for o in objs.values():  # labelled so prune, status and the session runtime find it (and tell it from apps)
-        assert o["metadata"]["labels"][r.SESSION_LABEL] == "true" and o["metadata"]["namespace"] == "flink"
+        assert o["metadata"]["labels"][SESSION_LABEL] == "true" and o["metadata"]["namespace"] == "flink"
     jm = objs[("Deployment", f"{p}-jm")]
     args = jm["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[0] == "jobmanager" and "--job-id" not in args

@@ -151,7 +151,7 @@ class SessionWorld:
 
     def objects(self) -> set[str]:
         return {f"{kind}/{o['metadata']['name']}" for kind in ("ConfigMap", "Deployment", "Service", "Pod")
-                for o in self.runtime.host.kube.list(kind, self.w.ns, r.app_selector(CLUSTER))
+                for o in self.w.runtime.kube.list(kind, self.w.ns, r.app_selector(CLUSTER))
                 if not o["metadata"].get("deletionTimestamp")}
 
 
