@@ -127,6 +127,8 @@ class SessionWorld:
                            poll_interval=0.5).run(p)
         for name, res in results.items():
             print(f"{name} {rev[-4:]}: {res.outcome.value} {res.step_timings} {res.message or ''}")
+            if p.app(name).action is Action.DELETE and res.outcome is Outcome.SUCCESS:
+                self.w.journal.mark_deleted(name)  # as the Reconciler does after a pass
         done = sessions.run_clusters(self.runtime, p, {n: res.outcome for n, res in results.items()},
                                      deadline=SystemClock().monotonic() + 60)
         return p, results, done
