@@ -6,6 +6,8 @@ One session cluster and two apps for the module (tests run in order, each the ne
 - create: one JobManager and one TaskManager Deployment for the cluster (its own generation), both jobs submitted
   over REST from the jar the JobManager's init container staged from the image, both counting;
 - a job-only upgrade of one app: its counts continue from its savepoint; the other's job id and counts go on;
+- a TaskManager memory change of the cluster: both jobs move to a new cluster (a second generation, started
+  once beside the old one), each restored from its own savepoint, counts continuing; the old cluster is gone;
 - removing one app (prune): its final savepoint, its job gone; the other untouched, the cluster kept;
 - removing the other app and the cluster: jobs first (final savepoint), then every object of the cluster.
 The apps run without HA through the e2e module's `NoHaRuleRuntime` (see test_flink_on_k8s_e2e).
@@ -22,7 +24,7 @@ import pytest
 from reconciler.apply.executor import AppResult, Executor
 from reconciler.clock import SystemClock
 from reconciler.core.observed import Outcome
-from reconciler.core.plan import Action, Plan, is_job_of
+from reconciler.core.plan import Action, ClusterStrategy, Plan, is_job_of
 from reconciler.core.planner import Desired, PlanInput, Policy
 from reconciler.core.session_planner import plan_with_sessions
 from reconciler.live import k8s_render as r
@@ -42,7 +44,7 @@ CLUSTER, A, B = "shared", "sa", "sb"
 KEYS = 2
 
 
-def cluster_yaml(ns: str) -> str:
+def cluster_yaml(ns: str, tm_memory: str = "1280m") -> str:
     return f"""apiVersion: flink-reconciler.io/v1alpha1
 kind: FlinkSessionCluster
 metadata:
@@ -53,6 +55,8 @@ spec:
   taskManager:
     replicas: 1
     slots: 2
+    resources:
+      memory: {tm_memory}
   flinkConfiguration:
     execution.checkpointing.interval: 1 s
     execution.checkpointing.dir: file:///flink-data/checkpoints
@@ -207,6 +211,30 @@ def test_a_job_only_upgrade_leaves_the_other_job_alone(world: SessionWorld) -> N
     grown_a = sw.growing(A, counts_a, "the upgraded job counting on from its savepoint")
     grown_b = sw.growing(B, counts_b, "the other job counting on")
     assert all(grown_a[k] > counts_a[k] for k in counts_a) and all(grown_b[k] > counts_b[k] for k in counts_b)
+
+
+def test_a_cluster_change_moves_both_jobs_to_a_new_cluster(world: SessionWorld) -> None:
+    sw = world
+    old = sw.runtime.host.session_generations(CLUSTER)[0].generation
+    before = sw.jobs()
+    counts = {app: sw.counts(app) for app in (A, B)}
+    sw.files["shared.yaml"] = cluster_yaml(sw.w.ns, "1344m")
+    p, results, _ = sw.apply()
+    assert [(a.app, a.action, a.cluster_strategy) for a in p.apps] == [
+        (A, Action.UPGRADE, ClusterStrategy.WARM_STANDBY), (B, Action.UPGRADE, ClusterStrategy.WARM_STANDBY)], p.apps
+    assert [(c.cluster, c.action) for c in p.clusters] == [(CLUSTER, Action.UPGRADE)], p.clusters
+    assert all(res.outcome is Outcome.SUCCESS for res in results.values()), results
+    [live] = sw.runtime.host.session_generations(CLUSTER)  # the old cluster is gone: objects and pods
+    assert live.generation != old and live.slot == "cluster"
+    assert {o for o in sw.objects() if o.startswith("Deployment/")} == {
+        f"Deployment/{CLUSTER}-g{live.generation}-jm", f"Deployment/{CLUSTER}-g{live.generation}-tm"}
+    assert not any(f"-g{old}-" in o for o in sw.objects()), sw.objects()
+    after = sw.jobs()
+    for app in (A, B):
+        assert after[app][0] != before[app][0] and after[app][1] == "RUNNING"
+        assert sw.runtime.flink(app).checkpoints(after[app][0]).restored_path == results[app].savepoint
+        grown = sw.growing(app, counts[app], f"{app} counting on on the new cluster")
+        assert all(grown[k] > counts[app][k] for k in counts[app])
 
 
 def test_removing_an_app_takes_its_final_savepoint_and_keeps_the_cluster(world: SessionWorld) -> None:
