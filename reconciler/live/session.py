@@ -8,7 +8,8 @@ so the executor, the observer and the status commands need not know: for an app 
 - `ensure_cluster` starts the shared cluster or restarts its dead processes, and never changes one that runs
   other apps' jobs (a cluster change moves the jobs by warm standby instead);
 - `start_job` submits through REST to the cluster of the app's spec (the new one during a move, the old one for a
-  rollback), with its jar uploaded once per content per cluster and its checkpoints in the app's own storage;
+  rollback), with its jar uploaded once per content per cluster (or, on a host with `ports.ImageJars`, one of the
+  jars its JobManager staged from the image) and its checkpoints in the app's own storage where the host has one;
 - the warm-standby steps of a move act on the shared cluster's generations, and only when no other job is in
   the way: the new cluster starts once (every app's move names the same generation), the old one is retired by
   the first move, and deleted by the last one (while a job rolled back onto it runs there, it stays);
