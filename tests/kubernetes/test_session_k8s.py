@@ -235,7 +235,7 @@ def test_the_runtime_runs_two_apps_jobs_on_one_session_cluster_and_deletes_it(
         assert (live.slot, live.generation, live.config_key) == ("cluster", gen, want)
 
         jar = tmp_path / "b.jar"
-        jar.write_bytes(b"PK\x03\x04 not really a jar")
+        jar.write_bytes(b"PK\x03\x04\xff\xfe not really a jar")  # binary: the proxy passes its bytes through
         ja, jb = deterministic_job_id("a", "1" * 40, 1), deterministic_job_id("b", "1" * 40, 1)
         def start(app: FlinkApp, job_id: str, jar_path: Path | None) -> str:
             return rt.start_job(app, job_id=job_id, jar=jar_path, restore_path=None, allow_non_restored_state=False,

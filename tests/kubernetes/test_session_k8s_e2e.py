@@ -15,6 +15,7 @@ The apps run without HA through the e2e module's `NoHaRuleRuntime` (see test_fli
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,10 @@ spec:
 """
 
 
+JARS = {A: "local:///opt/flink/usrlib/counter.jar",  # staged from the image by the JobManager's init container
+        B: "jobs/counter.jar"}  # a repository jar: uploaded by the reconciler over REST
+
+
 def app_yaml(ns: str, name: str, rate: int) -> str:
     return f"""apiVersion: flink-reconciler.io/v1alpha1
 kind: FlinkApp
@@ -87,7 +92,7 @@ metadata:
 spec:
   sessionCluster: {CLUSTER}
   job:
-    jarURI: local:///opt/flink/usrlib/counter.jar
+    jarURI: {JARS[name]}
     entryClass: {COUNTER_MAIN}
     args: ["--output-dir", "/flink-data/out-{name}", "--keys", "{KEYS}", "--rate", "{rate}"]
     parallelism: 1
@@ -99,6 +104,7 @@ spec:
 class SessionWorld:
     w: K8sWorld
     runtime: SessionRuntime
+    jar: Path  # what the repository's jobs/counter.jar resolves to
     revision: int = 0
     files: dict[str, str] = field(default_factory=dict)
 
@@ -127,8 +133,9 @@ class SessionWorld:
         self.revision += 1
         rev = f"{self.revision:040x}"
         p = self.plan(rev, prune=prune, everything=everything)
-        results = Executor(self.runtime, self.w.journal, SystemClock(), resolve_jar=lambda a: None,
-                           poll_interval=0.5).run(p)
+        results = Executor(self.runtime, self.w.journal, SystemClock(), poll_interval=0.5,
+                           resolve_jar=lambda a: None if a.spec.job.jar_uri.startswith("local://") else self.jar,
+                           ).run(p)
         for name, res in results.items():
             print(f"{name} {rev[-4:]}: {res.outcome.value} {res.step_timings} {res.message or ''}")
             if p.app(name).action is Action.DELETE and res.outcome is Outcome.SUCCESS:
@@ -168,7 +175,7 @@ def world(_standin: Standin | None, flink_home: Path, counter_jar: Path,
         pytest.skip("needs the stand-in: the process node's pods are reached through its service proxy")
     with k8s_world(_standin, flink_home, counter_jar, tmp_path_factory.mktemp("k8s-session"), ns_prefix="fr-ss",
                    poll_interval=0.3) as w:
-        sw = SessionWorld(w, SessionRuntime(w.runtime))
+        sw = SessionWorld(w, SessionRuntime(w.runtime), counter_jar)
         sw.files = {"shared.yaml": cluster_yaml(w.ns), "sa.yaml": app_yaml(w.ns, A, 40),
                     "sb.yaml": app_yaml(w.ns, B, 40)}
         yield sw
@@ -190,6 +197,9 @@ def test_two_apps_start_on_one_session_cluster(world: SessionWorld) -> None:
     assert set(sw.runtime.list_clusters()) == {A, B}  # the apps see it as theirs, never as an orphan app
     for app in (A, B):
         sw.growing(app, {}, f"{app} counting")
+    # B's jar was uploaded once, under its content's name; A's came from the image.
+    listed = sorted(sw.runtime.host.session_generations(CLUSTER)[0].client.jars().values())
+    assert listed == sorted([f"{hashlib.sha256(sw.jar.read_bytes()).hexdigest()[:32]}.jar", "counter.jar"]), listed
 
 
 def test_a_job_only_upgrade_leaves_the_other_job_alone(world: SessionWorld) -> None:
