@@ -4,6 +4,7 @@ Against the loopback stand-in (or a real cluster with FLINK_RECONCILER_TEST_KUBE
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ from reconciler.clock import SystemClock
 from reconciler.core.plan import Action
 from reconciler.live.k8s_records import ConfigMapRecordStore
 from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.live.ports import OperatorTakeover, StandbyCapacity, StandbyRuntime
 from reconciler.live.session import SessionRuntime
 from reconciler.service.factories import make_reconciler, make_record_store, make_runtime
 from reconciler.settings import load_settings
@@ -55,6 +57,9 @@ def test_a_kubernetes_runtime_keeps_its_records_in_configmaps(cluster: Cluster, 
     # wrapped for FlinkSessionClusters (live/session.py), every other app as before
     assert isinstance(runtime, SessionRuntime) and isinstance(runtime.host, KubernetesRuntime)
     assert isinstance(make_record_store(settings, runtime), ConfigMapRecordStore)
+    for proto in (StandbyRuntime, StandbyCapacity, OperatorTakeover):  # found as Python 3.12+ looks them up: statically
+        for name in (n for n in vars(proto) if not n.startswith("_")):
+            inspect.getattr_static(runtime, name)
 
 
 def test_settings_build_a_kubernetes_reconciler_and_one_leader(cluster: Cluster, tmp_path: Path,
