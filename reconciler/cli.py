@@ -914,7 +914,7 @@ UNVERSIONED = "unversioned"  # the revision stamped on objects rendered from fil
 
 def cmd_render(args: argparse.Namespace) -> int:
     from reconciler.core.plan import deterministic_job_id
-    from reconciler.live.k8s_render import render_app, to_yaml
+    from reconciler.live.k8s_render import render_app, session_cluster_app, to_yaml
 
     if args.spec_path is not None:
         if args.repo or args.rev or args.path or args.cache_dir:
@@ -927,13 +927,29 @@ def cmd_render(args: argparse.Namespace) -> int:
     for e in loaded.errors:
         print(f"{e}", file=sys.stderr)
     failed = bool(loaded.errors)
-    unknown = sorted(set(args.app or ()) - set(loaded.apps) - {e.app for e in loaded.errors})
+    unknown = sorted(set(args.app or ()) - set(loaded.apps) - set(loaded.clusters) - {e.app for e in loaded.errors})
     for name in unknown:
-        print(f"error: no app named {name!r}", file=sys.stderr)
+        print(f"error: no app or session cluster named {name!r}", file=sys.stderr)
         failed = True
     docs = []
+    at = "" if rev == UNVERSIONED else f" at {rev[:12]}"
+    # Session clusters first (their apps' jobs run on them, submitted over REST: no objects of their own).
+    for name, lc in sorted(loaded.clusters.items()):
+        if args.app and name not in args.app:
+            continue
+        try:
+            objs = render_app(session_cluster_app(lc.cluster), revision=rev, job_id=None, restore_path=None)
+        except ReconcilerError as e:
+            print(f"error: {lc.file}: {e}", file=sys.stderr)
+            failed = True
+            continue
+        docs.append(f"# session cluster {name} ({lc.file}){at}\n" + to_yaml(objs))
     for name, la in sorted(loaded.apps.items()):
         if args.app and name not in args.app:
+            continue
+        if la.app.spec.session_cluster is not None:
+            docs.append(f"# app {name} ({la.file}){at}: its job runs on session cluster {la.app.spec.session_cluster}, "
+                        "submitted through its JobManager's REST API (no objects of its own)\n")
             continue
         job_id = deterministic_job_id(name, rev, 1)
         try:
@@ -942,7 +958,6 @@ def cmd_render(args: argparse.Namespace) -> int:
             print(f"error: {la.file}: {e}", file=sys.stderr)
             failed = True
             continue
-        at = "" if rev == UNVERSIONED else f" at {rev[:12]}"
         docs.append(f"# app {name} ({la.file}){at}\n" + to_yaml(objs))
     sys.stdout.write("---\n".join(docs))
     return EXIT_ERROR if failed else EXIT_OK

@@ -48,6 +48,7 @@ def make_auto_sharded(settings: Settings, metrics: Metrics | None, clock: Clock)
     from reconciler.live.k8s_runtime import KubernetesRuntime
     from reconciler.service.autoscale import Autoscaler
     from reconciler.service.factories import (
+        kubernetes_runtime,
         lease_identity,
         make_policy,
         make_record_store,
@@ -65,8 +66,8 @@ def make_auto_sharded(settings: Settings, metrics: Metrics | None, clock: Clock)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     runtime = make_runtime(settings, clock)
     # A dry run has no runtime but still needs the API server for the Leases.
-    api = runtime if isinstance(runtime, KubernetesRuntime) else make_runtime(
-        settings.model_copy(update={"dry_run": False}), clock)
+    api = kubernetes_runtime(runtime) or kubernetes_runtime(make_runtime(
+        settings.model_copy(update={"dry_run": False}), clock))
     assert isinstance(api, KubernetesRuntime)
     namespace, identity = lease_identity(settings)
     leases = ShardLeases(api.kube.api_client, clock=clock, namespace=namespace, lease_name=settings.lease_name,

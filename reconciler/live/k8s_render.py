@@ -26,6 +26,11 @@ as ``-D`` arguments to the JobManager and the TaskManagers: a new job never reco
 (Flink 2.3 refuses to run the application's job then), while a restarted JobManager of the same job
 recovers its own. The dot cannot appear in an app name, so no app's HA identity is another app's.
 
+**FlinkSessionClusters** (docs/session-clusters.md) are rendered the same way as a warm standby's session
+cluster, under the cluster's name, labelled ``flink-reconciler.io/session-cluster: "true"``, from its cluster
+fields alone (`session_shape`); their JobManager stages the image's jars instead of one job's, and carries the
+`session_key` that tells whether a job can move between two of its clusters without a change.
+
 A suspended app keeps only the root and config ConfigMaps: no pod runs (like the Flink operator, which
 removes the JobManager on suspend); its state lives in the savepoint taken before suspending.
 
@@ -51,7 +56,14 @@ from ruamel.yaml.scalarstring import LiteralScalarString
 
 from reconciler.errors import RenderError
 from reconciler.live.k8s_storage import SpecProblem, kubernetes_spec_problems
-from reconciler.spec.model import FlinkApp, JobState
+from reconciler.spec.model import AppSpec, FlinkApp, JobSpec, JobState, UpgradeMode
+from reconciler.spec.session import (
+    CLUSTER_FIELDS,
+    SESSION_LABEL,
+    FlinkSessionCluster,
+    cluster_app,
+    session_generation,
+)
 
 Obj = dict[str, Any]
 
@@ -69,6 +81,14 @@ BASE = "base"  # the pointer value of the app's first cluster (application mode,
 GENERATION_FIELD_MANAGER = "flink-reconciler-generations"  # owns only the root's three pointer annotations
 WEB_UPLOAD_DIR = "/opt/flink/web-upload"  # web.upload.dir of a session JobManager; jars in flink-web-upload/
 STAGED_JAR = "job.jar"  # the jar id a session JobManager lists: staged there by the stage-jar init container
+# A FlinkSessionCluster's JobManager stages every jar of its image under IMAGE_JARS (the official image's place for
+# job jars) into its jar store when it starts: `local://` jars of the apps on it run from there, whichever app
+# comes later (its pods never change for an app). Their jar ids are `image_jar_id(path)`.
+IMAGE_JARS = "/opt/flink/usrlib"
+IMAGE_JAR_PREFIX = "image-"
+# What makes two clusters of one FlinkSessionCluster interchangeable: their pods (not their replicas). On the
+# JobManager Deployment of a session cluster (`session_key`).
+ANNOTATION_SESSION_KEY = "flink-reconciler.io/session-key"
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -228,6 +248,51 @@ def rest_service_url(app: str, namespace: str, generation: str = "") -> str:
     return f"http://{object_names(app, generation)['rest']}.{namespace}.svc:{REST_PORT}"
 
 
+def is_session_cluster(app: FlinkApp) -> bool:
+    """`app` stands for a FlinkSessionCluster (spec/session.py `cluster_app`), not for one app's job."""
+    return app.metadata.labels.get(SESSION_LABEL) == "true"
+
+
+def session_shape(app: FlinkApp) -> FlinkApp:
+    """The FlinkApp a FlinkSessionCluster's objects are rendered from: its cluster fields and a neutral job. Nothing
+    of any app's job is in them, so every app on the cluster renders the same objects (a job-only change of one app
+    never touches the pods the others run on); jobs come over REST."""
+    job = JobSpec(jar_uri=f"local://{IMAGE_JARS}/", parallelism=1, upgrade_mode=UpgradeMode.STATELESS)
+    spec = AppSpec.model_validate({**{f: getattr(app.spec, f) for f in CLUSTER_FIELDS}, "job": job})
+    return FlinkApp(api_version=app.api_version, kind=app.kind, metadata=app.metadata, spec=spec)
+
+
+def session_cluster_app(cluster: FlinkSessionCluster) -> FlinkApp:
+    """The FlinkApp a FlinkSessionCluster from Git is provisioned and rendered from (`flink-reconciler render`)."""
+    return session_shape(cluster_app(cluster.name, FlinkApp.model_validate({
+        "apiVersion": "flink-reconciler.io/v1alpha1", "kind": "FlinkApp",
+        "metadata": {"name": cluster.name, "namespace": cluster.metadata.namespace},
+        "spec": {**cluster.canonical()["spec"], "job": {"jarURI": f"local://{IMAGE_JARS}/"}}})))
+
+
+def image_jar_id(jar_uri: str) -> str | None:
+    """The jar id under which a session cluster's JobManager lists the image's jar `local://<path>` (see IMAGE_JARS);
+    None when the path is not under IMAGE_JARS (then it is not staged)."""
+    path = jar_uri.removeprefix("local://")
+    if not jar_uri.startswith("local://") or not path.startswith(IMAGE_JARS + "/") or not path.endswith(".jar"):
+        return None
+    rel = path[len(IMAGE_JARS) + 1:]
+    # `<prefix><12 hex>_<file name>`: Flink's jar list skips a file without `_` (its uploads are `<uuid>_<name>`).
+    return f"{IMAGE_JAR_PREFIX}{hashlib.sha256(rel.encode()).hexdigest()[:12]}_{rel.rsplit('/', 1)[-1]}"
+
+
+def session_job_problems(app: FlinkApp) -> list[SpecProblem]:
+    """What keeps an app's job from running on a FlinkSessionCluster on Kubernetes: the reconciler submits it over
+    REST, uploading a jar it can read (a repository path, file://, http(s)://) or naming one of the image's jars."""
+    uri = app.spec.job.jar_uri
+    if uri.startswith("local://") and image_jar_id(uri) is None:
+        return [SpecProblem(("spec", "job", "jarURI"), f"jarURI {uri!r}: on a session cluster a local:// jar must be "
+                            f"a .jar file under {IMAGE_JARS}/ in the cluster's image (its JobManager stages the "
+                            "jars there when it starts), or use a repository path, file:// or http(s):// jar (the "
+                            "reconciler uploads it through the JobManager's REST API)")]
+    return []
+
+
 def _jar(app: FlinkApp) -> tuple[str | None, str | None]:
     """(path inside the container, http URL to fetch) for the job jar; refuses other schemes."""
     uri = app.spec.job.jar_uri
@@ -346,7 +411,7 @@ def _meta(app: FlinkApp, name: str, *, revision: str, component: str | None, gen
 
 def _pod_spec(app: FlinkApp, component: str, args: list[str], config_hash: str, *,
               jar_url: str | None = None, jar_path: str | None = None, job_id: str | None = None,
-              generation: str = "") -> Obj:
+              generation: str = "", image_jars: bool = False) -> Obj:
     s = app.spec
     names = object_names(app.name, generation)
     res = s.job_manager.resources if component == "jobmanager" else s.task_manager.resources
@@ -423,6 +488,23 @@ def _pod_spec(app: FlinkApp, component: str, args: list[str], config_hash: str, 
                     {"name": "JAR_DIR", "value": f"{WEB_UPLOAD_DIR}/flink-web-upload"},
                     {"name": "JAR_ID", "value": STAGED_JAR}],
             "volumeMounts": [*fetched_mounts, {"name": "web-upload", "mountPath": WEB_UPLOAD_DIR}],
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}},
+        })
+    if image_jars and component == "jobmanager":
+        # A FlinkSessionCluster's JobManager: every jar of the image under IMAGE_JARS into its jar store, named by
+        # `image_jar_id`, so GET /jars lists them and a job is submitted from one without an upload.
+        volumes.append({"name": "web-upload", "emptyDir": {}})
+        mounts.append({"name": "web-upload", "mountPath": WEB_UPLOAD_DIR})
+        init.append({
+            "name": "stage-image-jars", "image": image,
+            "command": ["sh", "-c", 'mkdir -p "$JAR_DIR" && chmod 0777 "$JAR_DIR" && if [ -d "$IMAGE_JARS" ]; then '
+                        'find "$IMAGE_JARS" -type f -name "*.jar" | while read -r f; do rel="${f#"$IMAGE_JARS"/}"; '
+                        'id="$PREFIX$(printf %s "$rel" | sha256sum | cut -c1-12)_${f##*/}"; '
+                        'cp "$f" "$JAR_DIR/$id" && chmod 0644 "$JAR_DIR/$id" || exit 1; done; fi'],
+            "env": [{"name": "IMAGE_JARS", "value": IMAGE_JARS},
+                    {"name": "JAR_DIR", "value": f"{WEB_UPLOAD_DIR}/flink-web-upload"},
+                    {"name": "PREFIX", "value": IMAGE_JAR_PREFIX}],
+            "volumeMounts": [{"name": "web-upload", "mountPath": WEB_UPLOAD_DIR}],
             "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}},
         })
     spec: Obj = {"containers": [container], "volumes": volumes}
@@ -502,7 +584,10 @@ def render_app(
 
     `generation` (a warm standby's cluster, see the module docstring) renders the session cluster of that
     generation instead: a JobManager without a job (the job is submitted over REST), the jar staged in its
-    upload directory, TaskManagers that live as long as the cluster; `job_id` and `restore_path` are ignored."""
+    upload directory, TaskManagers that live as long as the cluster; `job_id` and `restore_path` are ignored.
+    A FlinkSessionCluster (`is_session_cluster`) is always rendered so, at its own generation by default."""
+    if is_session_cluster(app):
+        app = session_shape(app)
     problems = kubernetes_spec_problems(app)
     if problems:
         more = f" (and {len(problems) - 1} more: `flink-reconciler validate --runtime kubernetes` lists them)" \
@@ -517,13 +602,19 @@ def kubernetes_problems(app: FlinkApp) -> list[SpecProblem]:
     """Everything that keeps `app` from running on Kubernetes: durable-state problems and whatever else
     the renderer refuses (jar scheme, reserved Flink keys, memory sizes). Pure; empty when it may run."""
     problems = kubernetes_spec_problems(app)
-    if app.spec.session_cluster is not None:  # never its own cluster at the session cluster's spec, silently
-        problems.append(SpecProblem(("spec", "sessionCluster"), "session clusters run on the local runtime only so "
-                                    "far; on Kubernetes give the app its own cluster (remove spec.sessionCluster)"))
+    checked = app
+    if app.spec.session_cluster is not None:  # its job goes over REST to the cluster: the cluster is what renders
+        checked = cluster_app(app.spec.session_cluster, app)
     try:
-        _render(app, revision="check", job_id=None, restore_path=None)
+        _render(checked, revision="check", job_id=None, restore_path=None)
     except RenderError as e:
         problems.append(SpecProblem(_loc(e.field), e.message))
+    if app.spec.session_cluster is not None:
+        cluster_keys = {AppSpec.model_fields[f].alias or f for f in CLUSTER_FIELDS}
+        problems = [SpecProblem(p.loc, f"{p.message} (on session cluster {app.spec.session_cluster}: set it in its "
+                                       "FlinkSessionCluster, which this app's job runs with)")
+                    if len(p.loc) > 1 and p.loc[1] in cluster_keys else p for p in problems]
+        problems += session_job_problems(app)
     return problems
 
 
@@ -537,10 +628,14 @@ def _loc(field: str | None) -> tuple[str, ...]:
 def _render(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: str | None,
             allow_non_restored_state: bool = False, root_uid: str | None = None,
             taskmanagers_for: str | Generation | None = Generation.OF_THE_JOB, generation: str = "") -> list[Obj]:
+    session = is_session_cluster(app)
+    if session:  # a FlinkSessionCluster: always a session cluster of a generation, no job of its own
+        app = session_shape(app)
+        generation = generation or session_generation(app)
     name, ns = app.name, app.metadata.namespace
     names = object_names(name, generation)
     s = app.spec
-    jar_path, jar_url = _jar(app)
+    jar_path, jar_url = (None, None) if session else _jar(app)
     conf = flink_config(app, generation)
     conf_text = config_yaml(conf)
     # The pods' config hash leaves out the job's default parallelism: no JVM needs a restart for it (an
@@ -578,9 +673,16 @@ def _render(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: s
         "data": {"config.yaml": conf_text, "log4j-console.properties": LOG4J_CONSOLE},
     })
     if generation:
-        objs += _workloads(app, revision=revision, job_id=None, restore_path=None, allow_non_restored_state=False,
-                           jar_path=jar_path, jar_url=jar_url, config_hash=config_hash, tm_job=None,
-                           generation=generation)
+        workloads = _workloads(app, revision=revision, job_id=None, restore_path=None, allow_non_restored_state=False,
+                               jar_path=jar_path, jar_url=jar_url, config_hash=config_hash, tm_job=None,
+                               generation=generation, image_jars=session)
+        if session:
+            key = session_key(app) if generation != _KEY_GENERATION else ""
+            for o in workloads:
+                if o["kind"] in ("Deployment", "StatefulSet"):
+                    o["metadata"]["annotations"] = dict(sorted({**o["metadata"]["annotations"],
+                                                                ANNOTATION_SESSION_KEY: key}.items()))
+        objs += workloads
     elif s.job.state is not JobState.SUSPENDED:
         tm_job = job_id if isinstance(taskmanagers_for, Generation) else taskmanagers_for
         objs += _workloads(app, revision=revision, job_id=job_id, restore_path=restore_path,
@@ -591,9 +693,22 @@ def _render(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: s
     return objs
 
 
+_KEY_GENERATION = "0" * 8  # the generation `session_key` renders at: the key is the same for every generation
+
+
+def session_key(app: FlinkApp) -> str:
+    """What tells the clusters of one FlinkSessionCluster apart (`SessionHost.config_key`): its pods, as rendered
+    for any one generation (image, resources, config.yaml, pod template, TaskManager volume claims), and not their
+    replicas, which change in place. Equal keys: a job can move between the two clusters without a change."""
+    objs = _render(app, revision="key", job_id=None, restore_path=None, generation=_KEY_GENERATION)
+    parts = [[o["kind"], o["spec"]["template"], o["spec"].get("volumeClaimTemplates")]
+             for o in objs if o["kind"] in ("Deployment", "StatefulSet")]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _workloads(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: str | None,
                allow_non_restored_state: bool, jar_path: str | None, jar_url: str | None,
-               config_hash: str, tm_job: str | None, generation: str = "") -> list[Obj]:
+               config_hash: str, tm_job: str | None, generation: str = "", image_jars: bool = False) -> list[Obj]:
     name = app.name
     names = object_names(name, generation)
     s = app.spec
@@ -657,7 +772,7 @@ def _workloads(app: FlinkApp, *, revision: str, job_id: str | None, restore_path
                                allow_non_restored_state=allow_non_restored_state, jar_path=jar_path,
                                fetched=jar_url is not None)
     jm_pod = _pod_spec(app, "jobmanager", args, config_hash, jar_url=jar_url, jar_path=jar_path, job_id=job_id,
-                       generation=g)
+                       generation=g, image_jars=image_jars)
     out.append({"apiVersion": "apps/v1", "kind": "Deployment",
                 "metadata": meta(names["jobmanager"], "jobmanager"),
                 # Recreate: two JobManagers of one app must never run side by side.

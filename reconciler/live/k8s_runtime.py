@@ -49,6 +49,7 @@ from reconciler.live.k8s_api import (
 )
 from reconciler.live.k8s_generations import AppView, ClusterView, Pointers, pointer_problem
 from reconciler.live.k8s_operator import OperatorDeployments
+from reconciler.live.k8s_sessions import SessionClusters, session_info
 from reconciler.live.k8s_standby import WarmStandby
 from reconciler.live.k8s_status import (
     HA_CONFIGMAP_SELECTOR,
@@ -77,10 +78,11 @@ PRUNABLE = ("Deployment", "StatefulSet", "Service", "ConfigMap", "RoleBinding", 
 OWNED_KINDS = ("Deployment", "StatefulSet", "Service", "ConfigMap", "RoleBinding", "Role", "ServiceAccount", "Pod")
 
 
-class KubernetesRuntime(WarmStandby, OperatorDeployments):
+class KubernetesRuntime(SessionClusters, WarmStandby, OperatorDeployments):
     """`reconciler.live.ports.StandbyRuntime` on Kubernetes: one cluster per app, in application mode, and a warm
-    standby beside it as a session cluster of its own generation (`k8s_standby.WarmStandby`). It also takes over
-    apps from the Flink Kubernetes Operator (`k8s_operator.OperatorDeployments`: `ports.OperatorTakeover`)."""
+    standby beside it as a session cluster of its own generation (`k8s_standby.WarmStandby`). It hosts
+    FlinkSessionClusters (`k8s_sessions.SessionClusters`: `ports.SessionHost`, wrapped by live/session.py) and takes
+    over apps from the Flink Kubernetes Operator (`k8s_operator.OperatorDeployments`: `ports.OperatorTakeover`)."""
 
     name = "kubernetes"
 
@@ -173,9 +175,10 @@ class KubernetesRuntime(WarmStandby, OperatorDeployments):
         problem = pointer_problem(app, v.root)
         if problem is not None:
             self._ns_of[app] = v.namespace
-            return ClusterInfo(app=app, phase=ClusterPhase.UNKNOWN, message=problem, unreadable=problem)
+            return session_info(ClusterInfo(app=app, phase=ClusterPhase.UNKNOWN, message=problem, unreadable=problem),
+                                v.root)
         try:
-            return self._checked_info(app, v, events)
+            return session_info(self._checked_info(app, v, events), v.root)
         except (KeyError, TypeError, ValueError, AttributeError) as e:  # an object edited out of shape: that app's
             return ClusterInfo(app=app, phase=ClusterPhase.UNKNOWN,
                                message=f"cannot read the objects of app {app} in namespace {v.namespace}: "
@@ -371,6 +374,8 @@ class KubernetesRuntime(WarmStandby, OperatorDeployments):
         """Everything but the workloads that carry a job generation: the JobManager is start_job's, and so
         are the TaskManagers of a cluster that has none yet (they are started for the job, see k8s_render).
         Live TaskManagers are kept in step (scale, config) within their own generation."""
+        if r.is_session_cluster(app):
+            return self._ensure_session_cluster(app, deadline=deadline)
         views = self._views((app.metadata.namespace,), r.app_selector(app.name))
         view = views.get(app.name) or AppView(namespace=app.metadata.namespace)
         if view.live_generation:

@@ -107,7 +107,8 @@ class WarmStandby:
             self.kube.apply(o, force=self.force_conflicts)
         self.prune(app, objs, generation=generation)
         info = self._wait_session(app, generation, deadline=deadline, start=start)
-        self._warm_up(app, generation)
+        if not r.is_session_cluster(app):  # a FlinkSessionCluster's jobs bring their own jars (k8s_sessions)
+            self._warm_up(app, generation)
         return info
 
     def _warm_up(self, app: FlinkApp, generation: str) -> None:

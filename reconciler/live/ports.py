@@ -283,3 +283,16 @@ class SessionHost(StandbyRuntime, Protocol):
     def job_storage(self, app: str) -> dict[str, str]:
         """Job-level Flink configuration that keeps an app's checkpoints and savepoints in its own storage."""
         ...
+
+
+@runtime_checkable
+class ImageJars(Protocol):
+    """A SessionHost whose clusters hold the jars of their image (Kubernetes: `local://` jarURIs), staged when a
+    JobManager starts: a job is submitted from one without an upload, and they are never pruned."""
+
+    def image_jar_id(self, cluster: str, slot: str, app: FlinkApp) -> str:
+        """The id of `app`'s image jar on the cluster in `slot` of session cluster `cluster`; PermanentStepError
+        when the image has no such jar."""
+        ...
+
+    def is_image_jar(self, jar_id: str) -> bool: ...

@@ -8,7 +8,8 @@ so the executor, the observer and the status commands need not know: for an app 
 - `ensure_cluster` starts the shared cluster or restarts its dead processes, and never changes one that runs
   other apps' jobs (a cluster change moves the jobs by warm standby instead);
 - `start_job` submits through REST to the cluster of the app's spec (the new one during a move, the old one for a
-  rollback), with its jar uploaded once per content per cluster and its checkpoints in the app's own storage;
+  rollback), with its jar uploaded once per content per cluster (or, on a host with `ports.ImageJars`, one of the
+  jars its JobManager staged from the image) and its checkpoints in the app's own storage where the host has one;
 - the warm-standby steps of a move act on the shared cluster's generations, and only when no other job is in
   the way: the new cluster starts once (every app's move names the same generation), the old one is retired by
   the first move, and deleted by the last one (while a job rolled back onto it runs there, it stays);
@@ -37,6 +38,7 @@ from reconciler.live.ports import (
     ClusterInfo,
     ClusterOverview,
     FlinkApi,
+    ImageJars,
     JarApi,
     JobSummary,
     SavepointStatus,
@@ -174,6 +176,17 @@ class SessionRuntime:
     def __getattr__(self, name: str) -> Any:  # what only the wrapped runtime has (paths, records, close)
         return getattr(self.host, name)
 
+    @property
+    def revision(self) -> str:
+        """The revision a runtime that stamps its objects with it (Kubernetes) is told by the executor: the wrapped
+        runtime's (an AttributeError, so `hasattr` is False, for one without)."""
+        value: str = self.host.revision  # type: ignore[attr-defined]
+        return value
+
+    @revision.setter
+    def revision(self, value: str) -> None:
+        self.host.revision = value  # type: ignore[attr-defined]
+
     # -- Runtime -------------------------------------------------------------------------------------
 
     def list_clusters(self) -> dict[str, ClusterInfo]:
@@ -257,7 +270,8 @@ class SessionRuntime:
         if cluster is None:
             return self.host.start_job(app, job_id=job_id, jar=jar, restore_path=restore_path,
                                        allow_non_restored_state=allow_non_restored_state, deadline=deadline)
-        if jar is None or not jar.is_file():
+        image = jar is None and isinstance(self.host, ImageJars)  # a local:// jar its JobManager staged
+        if not image and (jar is None or not jar.is_file()):
             raise PermanentStepError(f"app {app.name}: job jar {jar or app.spec.job.jar_uri} is not a file here; a "
                                      "job on a session cluster is submitted through REST from a jar the reconciler "
                                      "can read")
@@ -273,6 +287,10 @@ class SessionRuntime:
             savepoint_path=restore_path, allow_non_restored_state=allow_non_restored_state,
             flink_configuration=self.host.job_storage(app.name),
         )
+        if image:
+            assert isinstance(self.host, ImageJars)
+            return client.run_jar(self.host.image_jar_id(cluster, target.slot, app), **run)
+        assert jar is not None
         jar_id = self.host.jar_id(cluster, target.slot, jar, deadline=deadline, job_id=job_id)
         try:
             try:
@@ -316,7 +334,8 @@ class SessionRuntime:
                 if any(j not in used for j in live):
                     continue  # a live job whose jar we do not know: keep them all
                 keep = {i for j, i in used.items() if j not in jobs or jobs[j] not in TERMINAL}
-                gone = [i for i in g.client.jars() if i in ours and i not in keep]
+                gone = [i for i in g.client.jars() if i in ours and i not in keep
+                        and not (isinstance(self.host, ImageJars) and self.host.is_image_jar(i))]
                 for jar_id in gone:
                     g.client.delete_jar(jar_id)
                 removed.extend(gone)

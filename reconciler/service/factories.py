@@ -30,6 +30,7 @@ from reconciler.spec.policy import SpecPolicy
 
 if TYPE_CHECKING:
     from reconciler.live.k8s_lease import LeaseElector
+    from reconciler.live.k8s_runtime import KubernetesRuntime
 
 
 
@@ -46,11 +47,23 @@ def make_runtime(settings: Settings, clock: Clock) -> Runtime | None:
     import os
 
     from reconciler.live.k8s_runtime import KubernetesRuntime
+    from reconciler.live.k8s_sessions import KubernetesSessionRuntime
 
+    # FlinkSessionClusters: session apps' jobs on shared clusters, every other app as before
     kw: dict[str, Any] = {"clock": clock, "namespaces": settings.namespaces, "rest_via": settings.rest_via}
     if settings.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return KubernetesRuntime.in_cluster(**kw)
-    return KubernetesRuntime.from_kubeconfig(str(settings.kubeconfig) if settings.kubeconfig else None, **kw)
+        return KubernetesSessionRuntime(KubernetesRuntime.in_cluster(**kw))
+    return KubernetesSessionRuntime(KubernetesRuntime.from_kubeconfig(
+        str(settings.kubeconfig) if settings.kubeconfig else None, **kw))
+
+
+def kubernetes_runtime(runtime: Runtime | None) -> KubernetesRuntime | None:
+    """The KubernetesRuntime `runtime` is, or wraps (live/session.py), or None."""
+    k8s = sys.modules.get("reconciler.live.k8s_runtime")  # imported only when a KubernetesRuntime exists
+    if k8s is None:
+        return None
+    inner = getattr(runtime, "host", runtime)
+    return inner if isinstance(inner, k8s.KubernetesRuntime) else None
 
 
 def make_reporter(settings: Settings, source: GitSource, clock: Clock) -> Reporter | None:
@@ -92,12 +105,12 @@ def _leader_election(settings: Settings, runtime: Runtime | None, clock: Clock
     if not settings.leader_election:
         return None, None
     from reconciler.live.k8s_lease import LeaseElector
-    from reconciler.live.k8s_runtime import KubernetesRuntime
 
-    if not isinstance(runtime, KubernetesRuntime):
+    k8s_runtime = kubernetes_runtime(runtime)
+    if k8s_runtime is None:
         raise ConfigError("leader_election needs runtime: kubernetes")
     namespace, identity = lease_identity(settings)
-    elector = LeaseElector(runtime.kube.api_client, clock=clock, namespace=namespace,
+    elector = LeaseElector(k8s_runtime.kube.api_client, clock=clock, namespace=namespace,
                            name=settings.shard_lease_name, identity=identity)
     stop = threading.Event()
     threading.Thread(target=elector.run, args=(stop,), name="lease", daemon=True).start()
@@ -127,11 +140,11 @@ def make_record_store(settings: Settings, runtime: Runtime | None,
     leader Lease when there is one), files beside the clusters for the local runtime."""
     # A KubernetesRuntime exists only once its module is imported: a local or dry-run daemon does not pay
     # for importing the kubernetes client (a fifth of its start-up imports) just to ask.
-    k8s = sys.modules.get("reconciler.live.k8s_runtime")
-    if k8s is not None and isinstance(runtime, k8s.KubernetesRuntime):
+    k8s_runtime = kubernetes_runtime(runtime)
+    if k8s_runtime is not None:
         from reconciler.live.k8s_records import ConfigMapRecordStore, lease_fence
 
-        return ConfigMapRecordStore(runtime.kube, runtime.namespaces,
+        return ConfigMapRecordStore(k8s_runtime.kube, k8s_runtime.namespaces,
                                     fence=lease_fence(elector) if elector is not None else None)
     return FileRecordStore(settings.state_dir / "records")
 

@@ -71,7 +71,7 @@ def test_render_one_file_and_only_the_apps_asked_for(tmp_path: Path, capsys: pyt
     assert code == 0
     assert objects(out) == app_objects("b")
     code, out, err = run(capsys, "render", str(f), "--app", "b", "--app", "nope")
-    assert code == 1 and "error: no app named 'nope'" in err
+    assert code == 1 and "error: no app or session cluster named 'nope'" in err
     assert "b-jobmanager" in out
 
 

@@ -19,7 +19,8 @@ going away (no HA: the new process knows only its own job). Time comes from the 
 - a *session* JobManager (`start_session()`: a warm standby's, no job of its own) also serves the jar staged in
   its upload dir: `POST /jars/{id}/plan` compiles nothing and answers a plan, `POST /jars/{id}/run` starts the
   job named by `jobId` from `savepointPath` (recorded in `starts`; a known id is Flink's duplicate error), or
-  answers 500 with `run_failure` when that is set.
+  answers 500 with `run_failure` when that is set; its jar store (`jar_files`, id -> name) answers `GET /jars`,
+  `POST /jars/upload` (stored as `<uuid>_<file name>`, as Flink names an upload) and `DELETE /jars/{id}`.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class FlinkBackend:
         self.operations: dict[tuple[str, str], dict[str, Any]] = {}  # (job id, request id) -> operation
         self.up = False
         self.session = False  # a session JobManager: jobs come by REST submit
+        self.jar_files: dict[str, str] = {}  # a session JobManager's jar store: id -> name
         self.run_failure: str | None = None  # Flink's error text when a submit fails (e.g. a bad entry class)
         self.starts: list[tuple[str, str | None]] = []  # (job id, restore path) per JobManager start
         self.requests: list[tuple[str, str]] = []
@@ -169,7 +171,21 @@ class FlinkBackend:
                              "flink-version": "2.3.0", "flink-commit": "0000000"}
             if method == "GET" and path == "/jobs/overview":
                 return 200, {"jobs": [self._overview_entry(j) for j in self.jobs.values()]}
+            if self.session and method == "GET" and path == "/jars":
+                return 200, {"address": "", "files": [{"id": i, "name": n, "uploaded": 0, "entry": []}
+                                                      for i, n in self.jar_files.items()]}
+            if self.session and method == "POST" and path == "/jars/upload":
+                found = re.search(rb'filename="([^"]+)"', body)
+                if found is None:
+                    return 400, {"errors": ["Exactly 1 file must be sent, received 0."]}
+                jar_id = f"{uuid.uuid4()}_{found[1].decode()}"
+                self.jar_files[jar_id] = found[1].decode()
+                return 200, {"filename": f"/tmp/flink-web-upload/{jar_id}", "status": "success"}
+            if self.session and method == "DELETE" and (gone := re.fullmatch(r"/jars/([^/]+)", path)):
+                return (200, {}) if self.jar_files.pop(gone[1], None) is not None else (404, {"errors": ["no jar"]})
             if self.session and method == "POST" and (jar := re.fullmatch(r"/jars/([^/]+)/(run|plan)", path)):
+                if jar[1] != "job.jar" and jar[1] not in self.jar_files:
+                    return 400, {"errors": [f"Jar file {jar[1]} does not exist"]}
                 return self._jar(jar[2], body)
             m = re.fullmatch(r"/jobs/([0-9a-f]{32})(/.*)?", path)
             if not m:
@@ -277,6 +293,9 @@ class FlinkBackend:
                 self._answer()
 
             def do_PATCH(self) -> None:
+                self._answer()
+
+            def do_DELETE(self) -> None:
                 self._answer()
 
             def log_message(self, *args: Any) -> None:

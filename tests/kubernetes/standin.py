@@ -320,14 +320,30 @@ class StandinApi(kmock.KubernetesEmulator):
             self.headers_log.clear()
 
     # ---- dispatch ----
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """kmock decodes every request body as UTF-8 text and answers 500 when it is not; the service proxy passes
+        a body through as its bytes (a jar upload to Flink's REST API is binary), as a real API server does."""
+        if (m := _PROXY_RE.match(raw_request.path)) is not None:
+            body = await raw_request.read()
+            try:
+                body.decode()
+            except UnicodeDecodeError:
+                request = kmock.Request(method=raw_request.method, url=raw_request.url, params=dict(raw_request.query),
+                                        headers=dict(raw_request.headers), body=body)
+                return await self._proxied(request, m)
+        return await super().__call__(raw_request)
+
+    async def _proxied(self, request: kmock.Request, m: re.Match[str]) -> aiohttp.web.StreamResponse:
+        rbac_verb = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
+                     "DELETE": "delete"}.get(request.method.value.upper(), request.method.value.lower())
+        self._log(rbac_verb, "", "services/proxy", m[1], request)
+        return await self._proxy(request, m[1], m[2], m[3] or "", m[4] or "/")
+
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         path = request.url.path
         res = request.resource
         if m := _PROXY_RE.match(path):
-            rbac_verb = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
-                         "DELETE": "delete"}.get(request.method.value.upper(), request.method.value.lower())
-            self._log(rbac_verb, "", "services/proxy", m[1], request)
-            return await self._proxy(request, m[1], m[2], m[3] or "", m[4] or "/")
+            return await self._proxied(request, m)
         if res is None or not res.plural or (res.group, res.plural) not in KINDS:
             return await KubernetesScaffold._handle(self, request)  # discovery and unknown URLs
         group, plural = str(res.group), str(res.plural)

@@ -4,6 +4,7 @@ Against the loopback stand-in (or a real cluster with FLINK_RECONCILER_TEST_KUBE
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,8 @@ from reconciler.clock import SystemClock
 from reconciler.core.plan import Action
 from reconciler.live.k8s_records import ConfigMapRecordStore
 from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.live.ports import OperatorTakeover, StandbyCapacity, StandbyRuntime
+from reconciler.live.session import SessionRuntime
 from reconciler.service.factories import make_reconciler, make_record_store, make_runtime
 from reconciler.settings import load_settings
 from tests.gitutil import Repo, spec
@@ -51,8 +54,12 @@ def test_a_kubernetes_runtime_keeps_its_records_in_configmaps(cluster: Cluster, 
     settings = load_settings({"runtime": "kubernetes", "kubeconfig": str(_kubeconfig(cluster, tmp_path)),
                               "namespaces": cluster.namespace, "state_dir": str(tmp_path / "state")})
     runtime = make_runtime(settings, SystemClock())
-    assert isinstance(runtime, KubernetesRuntime)
+    # wrapped for FlinkSessionClusters (live/session.py), every other app as before
+    assert isinstance(runtime, SessionRuntime) and isinstance(runtime.host, KubernetesRuntime)
     assert isinstance(make_record_store(settings, runtime), ConfigMapRecordStore)
+    for proto in (StandbyRuntime, StandbyCapacity, OperatorTakeover):  # found as Python 3.12+ looks them up: statically
+        for name in (n for n in vars(proto) if not n.startswith("_")):
+            inspect.getattr_static(runtime, name)
 
 
 def test_settings_build_a_kubernetes_reconciler_and_one_leader(cluster: Cluster, tmp_path: Path,
@@ -73,7 +80,8 @@ def test_settings_build_a_kubernetes_reconciler_and_one_leader(cluster: Cluster,
     monkeypatch.setenv("POD_NAME", "replica-2")
     second = make_reconciler(load_settings({**base, "state_dir": str(tmp_path / "s2")}), SystemClock())
     try:
-        assert isinstance(first.runtime, KubernetesRuntime) and isinstance(second.runtime, KubernetesRuntime)
+        assert all(isinstance(r, SessionRuntime) and isinstance(r.host, KubernetesRuntime)
+                   for r in (first.runtime, second.runtime))
         is_first, is_second = first.leader, second.leader
         assert is_first is not None and is_second is not None
         assert _wait(lambda: is_first() or is_second()), "nobody became leader"
