@@ -267,7 +267,8 @@ def session_cluster_app(cluster: FlinkSessionCluster) -> FlinkApp:
     return session_shape(cluster_app(cluster.name, FlinkApp.model_validate({
         "apiVersion": "flink-reconciler.io/v1alpha1", "kind": "FlinkApp",
         "metadata": {"name": cluster.name, "namespace": cluster.metadata.namespace},
-        "spec": {**cluster.canonical()["spec"], "job": {"jarURI": f"local://{IMAGE_JARS}/"}}})))
+        "spec": {**{k: v for k, v in cluster.canonical()["spec"].items() if k != "capacity"},  # the planner's
+                 "job": {"jarURI": f"local://{IMAGE_JARS}/"}}})))
 
 
 def image_jar_id(jar_uri: str) -> str | None:
