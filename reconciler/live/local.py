@@ -284,16 +284,20 @@ class LocalRuntime:
 
     def _warm_up(self, rec: ClusterRecord, slot: str, app: FlinkApp, jar: Path, deadline: float) -> ClusterRecord:
         """Before the old job stops: the job's jar uploaded and its graph compiled once, then the warm-up job
-        run, so the submit after the stop meets JVMs that have run a job (see WARMUP_JAVA)."""
+        run, so the submit after the stop meets JVMs that have run a job (see WARMUP_JAVA). A session cluster's
+        warm-up also goes through a savepoint and a restore (`_run_restore_warmup`)."""
         client = self._client(rec.rest_url)
-        rec = self.prime_jar(rec, slot, app, jar)
+        rec = self._prime_jar(rec, slot, app, jar)
         warmup = self._warmup_jar(deadline)
         if warmup is not None:
             rec, warmup_id = self._upload(rec, slot, client, warmup)
-            self._run_warmup(client, warmup_id, app, self._paths(rec).tmp / "warm-up", deadline)
+            if rec.session:
+                self._run_restore_warmup(client, warmup_id, app, self._paths(rec).tmp / "warm-up", deadline)
+            else:
+                self._run_warmup(client, warmup_id, app, deadline)
         return rec
 
-    def prime_jar(self, rec: ClusterRecord, slot: str, app: FlinkApp, jar: Path) -> ClusterRecord:
+    def _prime_jar(self, rec: ClusterRecord, slot: str, app: FlinkApp, jar: Path) -> ClusterRecord:
         """The app's jar on cluster `rec` (uploaded once per content) and its job graph compiled once (Flink's jar
         plan) with the app's own arguments: what its submit after the stop would otherwise do first."""
         client = self._client(rec.rest_url)
@@ -306,13 +310,34 @@ class LocalRuntime:
                      app.name, rec.generation, e.cause)
         return rec
 
-    def _run_warmup(self, client: FlinkRestClient, jar_id: str, app: FlinkApp, scratch: Path, deadline: float
-                    ) -> None:
-        """Take the warm-up job through what a moved job meets on the new cluster, at most ~40 s, best effort (a
-        warm-up that fails changes nothing): it runs with checkpoints, is stopped with a savepoint, a second run
-        restores from that savepoint and checkpoints, and is cancelled. A bounded run alone left the savepoint,
-        restore and checkpoint code cold, and the moved job's submit and deployment paid for it (0.2-0.9 s more
-        than on a warm cluster, bench/session_bench.py). Its files are in `scratch`, deleted after."""
+    def _run_warmup(self, client: FlinkRestClient, jar_id: str, app: FlinkApp, deadline: float) -> None:
+        """Run the warm-up job to its end (at most 30 s, best effort: a warm-up that fails changes nothing)."""
+        job_id = uuid.uuid4().hex
+        end = min(deadline, self.clock.monotonic() + 30.0)
+        try:
+            client.run_jar(jar_id, job_id=job_id, entry_class=WARMUP_MAIN, args=("2000",),
+                           parallelism=app.spec.job.parallelism)
+            cancelled = False
+            while (state := client.job(job_id).state.upper()) not in TERMINAL_STATES:
+                if self.clock.monotonic() >= end:
+                    if cancelled:
+                        break
+                    client.cancel(job_id)  # it must not hold the slots the real job needs
+                    cancelled, end = True, min(deadline, self.clock.monotonic() + 10.0)
+                self.clock.sleep(self.poll_s)
+            if state != "FINISHED":
+                log.info("app %s: the warm-up job on the standby ended %s", app.name, state)
+        except ReconcilerError as e:
+            log.info("app %s: the warm-up job on the standby failed (no harm done): %s", app.name, e)
+
+    def _run_restore_warmup(self, client: FlinkRestClient, jar_id: str, app: FlinkApp, scratch: Path,
+                            deadline: float) -> None:
+        """A session cluster's warm-up: the warm-up job taken through what a moved job meets on the new cluster,
+        at most ~40 s, best effort (a warm-up that fails changes nothing). It runs with checkpoints, is stopped
+        with a savepoint, a second run restores from that savepoint and checkpoints, and is cancelled. With the
+        bounded run alone the savepoint, restore and checkpoint code was cold on the new JVMs, and the moved
+        jobs' submits and deployments paid for it beside a job-only upgrade on a session cluster's warm JVMs
+        (bench/session_bench.py). Its files are in `scratch`, deleted after."""
         end = min(deadline, self.clock.monotonic() + 40.0)
         conf = {"execution.checkpointing.interval": "200 ms",
                 "execution.checkpointing.dir": (scratch / "checkpoints").resolve().as_uri(),

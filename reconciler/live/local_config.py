@@ -350,8 +350,9 @@ class MemoryFlags:
 # before the old job stops, it makes the new JobManager and TaskManagers load and compile what every job needs
 # (submission, scheduling, task deployment, network, keyed state), which took ~0.6 s of the downtime on fresh
 # JVMs here; run throttled (a second argument, records per second) it also takes checkpoints, is stopped with a
-# savepoint and restored from it, which is what a moved job meets (LocalRuntime._run_warmup). It has no side
-# effects; its checkpoints and savepoint go to the standby's scratch directory and are deleted after it.
+# savepoint and restored from it, which is what a moved job meets (LocalRuntime._run_restore_warmup, for session
+# clusters). It has no side effects; its checkpoints and savepoint go to the standby's scratch directory and are
+# deleted after it.
 # Compiled with javac on first use and cached; without javac there is no warm-up.
 WARMUP_MAIN = "io.flinkreconciler.warmup.Warmup"
 WARMUP_JAVA = """\
