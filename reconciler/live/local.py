@@ -49,6 +49,7 @@ from reconciler.core.observed import Checkpoint, ClusterPhase
 from reconciler.core.plan import spec_hash
 from reconciler.errors import (
     DeadlineExceededError,
+    JobNotFoundError,
     ObserveError,
     PermanentStepError,
     ReconcilerError,
@@ -84,6 +85,9 @@ from reconciler.spec.model import FlinkApp
 from reconciler.spec.session import SESSION_LABEL
 
 log = logging.getLogger(__name__)
+
+TERMINAL_STATES = frozenset({"FINISHED", "FAILED", "CANCELED"})
+SAVEPOINT_DIR = "execution.checkpointing.savepoint-dir"
 
 # -- the runtime ---------------------------------------------------------------------------------------
 
@@ -280,19 +284,30 @@ class LocalRuntime:
 
     def _warm_up(self, rec: ClusterRecord, slot: str, app: FlinkApp, jar: Path, deadline: float) -> ClusterRecord:
         """Before the old job stops: the job's jar uploaded and its graph compiled once, then the warm-up job
-        run, so the submit after the stop meets JVMs that have run a job (see WARMUP_JAVA)."""
+        run, so the submit after the stop meets JVMs that have run a job (see WARMUP_JAVA). A session cluster's
+        warm-up also goes through a savepoint and a restore (`_run_restore_warmup`)."""
+        client = self._client(rec.rest_url)
+        rec = self._prime_jar(rec, slot, app, jar)
+        warmup = self._warmup_jar(deadline)
+        if warmup is not None:
+            rec, warmup_id = self._upload(rec, slot, client, warmup)
+            if rec.session:
+                self._run_restore_warmup(client, warmup_id, app, self._paths(rec).tmp / "warm-up", deadline)
+            else:
+                self._run_warmup(client, warmup_id, app, deadline)
+        return rec
+
+    def _prime_jar(self, rec: ClusterRecord, slot: str, app: FlinkApp, jar: Path) -> ClusterRecord:
+        """The app's jar on cluster `rec` (uploaded once per content) and its job graph compiled once (Flink's jar
+        plan) with the app's own arguments: what its submit after the stop would otherwise do first."""
         client = self._client(rec.rest_url)
         rec, jar_id = self._upload(rec, slot, client, jar)
         job = app.spec.job
         try:
             client.plan_jar(jar_id, entry_class=job.entry_class, args=job.args, parallelism=job.parallelism)
         except FlinkRestError as e:  # only a warm-up: the submit says what is wrong, with the job's own error
-            log.info("app %s: compiling the job graph on standby %s failed (the submit will tell): %s",
+            log.info("app %s: compiling the job graph on cluster %s failed (the submit will tell): %s",
                      app.name, rec.generation, e.cause)
-        warmup = self._warmup_jar(deadline)
-        if warmup is not None:
-            rec, warmup_id = self._upload(rec, slot, client, warmup)
-            self._run_warmup(client, warmup_id, app, deadline)
         return rec
 
     def _run_warmup(self, client: FlinkRestClient, jar_id: str, app: FlinkApp, deadline: float) -> None:
@@ -303,7 +318,7 @@ class LocalRuntime:
             client.run_jar(jar_id, job_id=job_id, entry_class=WARMUP_MAIN, args=("2000",),
                            parallelism=app.spec.job.parallelism)
             cancelled = False
-            while (state := client.job(job_id).state.upper()) not in ("FINISHED", "FAILED", "CANCELED"):
+            while (state := client.job(job_id).state.upper()) not in TERMINAL_STATES:
                 if self.clock.monotonic() >= end:
                     if cancelled:
                         break
@@ -314,6 +329,78 @@ class LocalRuntime:
                 log.info("app %s: the warm-up job on the standby ended %s", app.name, state)
         except ReconcilerError as e:
             log.info("app %s: the warm-up job on the standby failed (no harm done): %s", app.name, e)
+
+    def _run_restore_warmup(self, client: FlinkRestClient, jar_id: str, app: FlinkApp, scratch: Path,
+                            deadline: float) -> None:
+        """A session cluster's warm-up: the warm-up job taken through what a moved job meets on the new cluster,
+        at most ~40 s, best effort (a warm-up that fails changes nothing). It runs with checkpoints, is stopped
+        with a savepoint, a second run restores from that savepoint and checkpoints, and is cancelled. With the
+        bounded run alone the savepoint, restore and checkpoint code was cold on the new JVMs, and the moved
+        jobs' submits and deployments paid for it beside a job-only upgrade on a session cluster's warm JVMs
+        (bench/session_bench.py). Its files are in `scratch`, deleted after."""
+        end = min(deadline, self.clock.monotonic() + 40.0)
+        conf = {"execution.checkpointing.interval": "200 ms",
+                "execution.checkpointing.dir": (scratch / "checkpoints").resolve().as_uri(),
+                SAVEPOINT_DIR: (scratch / "savepoints").resolve().as_uri()}
+        first, second = uuid.uuid4().hex, uuid.uuid4().hex
+
+        def run(job_id: str, savepoint: str | None = None) -> None:
+            client.run_jar(jar_id, job_id=job_id, entry_class=WARMUP_MAIN, args=(str(2**62), "200"),
+                           parallelism=app.spec.job.parallelism, savepoint_path=savepoint, flink_configuration=conf)
+
+        try:
+            run(first)
+            if self._warmup_checkpointed(client, first, end):
+                trigger = client.stop_with_savepoint(first, target_directory=conf[SAVEPOINT_DIR])
+                location = None
+                while self.clock.monotonic() < end:
+                    status = client.savepoint_status(first, trigger)
+                    if status.done:
+                        location = status.location
+                        break
+                    self.clock.sleep(self.poll_s)
+                if location is not None:
+                    run(second, location)
+                    self._warmup_checkpointed(client, second, end)
+        except ReconcilerError as e:
+            log.info("app %s: the warm-up job on the standby failed (no harm done): %s", app.name, e)
+        finally:
+            self._end_warmup(client, (first, second), app, deadline)
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _warmup_checkpointed(self, client: FlinkRestClient, job_id: str, end: float) -> bool:
+        """Wait until the warm-up job runs every task and completed a checkpoint of its own run."""
+        while self.clock.monotonic() < end:
+            job = client.job(job_id)
+            if job.state.upper() in TERMINAL_STATES:
+                return False
+            if job.tasks_total and job.tasks_running == job.tasks_total:
+                stats = client.checkpoints(job_id)
+                if stats.completed_count > 0 and stats.latest_completed_at is not None and (
+                        stats.latest_completed_at.timestamp() * 1000 >= job.start_time_ms):
+                    return True
+            self.clock.sleep(self.poll_s)
+        return False
+
+    def _end_warmup(self, client: FlinkRestClient, job_ids: tuple[str, ...], app: FlinkApp, deadline: float
+                    ) -> None:
+        """Cancel what is left of the warm-up jobs and wait for their end: they must not hold the slots the real
+        jobs need."""
+        end = min(deadline, self.clock.monotonic() + 15.0)
+        for job_id in job_ids:
+            try:
+                while (state := client.job(job_id).state.upper()) not in TERMINAL_STATES:
+                    if state not in ("CANCELLING", "FINISHED"):
+                        client.cancel(job_id)
+                    if self.clock.monotonic() >= end:
+                        log.info("app %s: the warm-up job %s on the standby did not end (%s)", app.name, job_id,
+                                 state)
+                        break
+                    self.clock.sleep(self.poll_s)
+            except JobNotFoundError:
+                continue  # never submitted
+            except ReconcilerError as e:
+                log.info("app %s: the warm-up job on the standby: %s", app.name, e)
 
     def _warmup_jar(self, deadline: float) -> Path | None:
         """The warm-up job's jar, compiled with javac once per Flink version (None: no javac here)."""

@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 
 TERMINAL = frozenset({"CANCELED", "FINISHED", "FAILED", "SUSPENDED"})
 SAVEPOINT_DIR_KEY = "execution.checkpointing.savepoint-dir"
+SETTLE_S = 3.0  # a moved job's first seconds on its new cluster, before the next job of the move stops (_await_turn)
 
 
 def _live_jobs(client: FlinkApi) -> list[JobSummary]:
@@ -142,14 +143,22 @@ class SessionRuntime:
         self._clusters: set[str] = set()  # session clusters named in Git or by an applied spec
         self._suspended: frozenset[str] = frozenset()
         self._standby_locks: dict[str, threading.Lock] = {}
+        self._start_locks: dict[str, threading.Lock] = {}
         # (cluster, generation) -> apps of this process whose move there began (start_standby) and has not been
         # undone (discard_standby): a job still to stop and start there keeps the new cluster from another's undo
         self._movers: dict[tuple[str, str], set[str]] = {}
         self._move_order: dict[tuple[str, str], list[str]] = {}  # the same moves, in the order they began
+        self._priming: dict[tuple[str, str], set[str]] = {}  # the same moves, their jar not yet on the new cluster
 
     def _standby_lock(self, cluster: str) -> threading.Lock:
+        """Held briefly: who moves where (`_movers`, `_move_order`, `_priming`), and a discard."""
         with self._lock:
             return self._standby_locks.setdefault(cluster, threading.Lock())
+
+    def _start_lock(self, cluster: str) -> threading.Lock:
+        """Held while a new cluster starts: the other apps of the move register meanwhile, then find it."""
+        with self._lock:
+            return self._start_locks.setdefault(cluster, threading.Lock())
 
     def set_sessions(self, members: Mapping[str, str], clusters: Collection[str] = (),
                      suspended: Collection[str] = ()) -> None:
@@ -366,45 +375,90 @@ class SessionRuntime:
         cluster = self.session_of(app.name) or app.spec.session_cluster
         if cluster is None:
             return self.host.start_standby(app, generation=generation, deadline=deadline, jar=jar)
-        # The first app's move starts it, with the jar uploaded and its job graph compiled once before any stop
-        # (out of the downtime); the others find it running, and do not hold the cluster's lock for a warm-up
-        # while a job that already stopped waits to be promoted.
-        with self._standby_lock(cluster):  # the apps of one move run on threads: one starts it, the others find it
-            self._movers.setdefault((cluster, generation), set()).add(app.name)
-            order = self._move_order.setdefault((cluster, generation), [])
+        # The first app's move starts it, warms it up (the warm-up job) with its jar uploaded and its job graph
+        # compiled; every other app's jar and graph follow, and no job stops before all of that is done (out of
+        # the downtime; see _await_turn). The others do not hold the cluster's lock for a warm-up.
+        key = (cluster, generation)
+        with self._standby_lock(cluster):
+            self._movers.setdefault(key, set()).add(app.name)
+            order = self._move_order.setdefault(key, [])
             if app.name not in order:
                 order.append(app.name)
-            started = any(g.generation == generation for g in self.host.session_generations(cluster))
-            info = self.host.start_standby(cluster_app(cluster, app), generation=generation, deadline=deadline,
-                                           jar=None if started else jar)
+            self._priming.setdefault(key, set()).add(app.name)
+        try:
+            with self._start_lock(cluster):  # the apps of one move run on threads: one starts it, the others find it
+                started = any(g.generation == generation for g in self.host.session_generations(cluster))
+                info = self.host.start_standby(cluster_app(cluster, app), generation=generation, deadline=deadline,
+                                               jar=None if started else jar)
+            if started and jar is not None and jar.is_file():
+                self._prime(cluster, generation, app, jar, deadline)
+        finally:
+            with self._standby_lock(cluster):
+                self._priming.get(key, set()).discard(app.name)
         self._await_turn(cluster, generation, app.name, deadline)
         return ClusterInfo(app=app.name, phase=info.phase, rest_url=info.rest_url, message=info.message)
 
+    def _prime(self, cluster: str, generation: str, app: FlinkApp, jar: Path, deadline: float) -> None:
+        """The app's jar on the new cluster (once per content) and its job graph compiled there with its own
+        arguments, before any job of the move stops: the submit after its stop then does neither."""
+        target = next((g for g in self.host.session_generations(cluster) if g.generation == generation), None)
+        if target is None:
+            return  # the submit uploads it
+        job = app.spec.job
+        try:
+            jar_id = self.host.jar_id(cluster, target.slot, jar, deadline=deadline)
+            target.client.plan_jar(jar_id, entry_class=job.entry_class, args=job.args, parallelism=job.parallelism)
+        except ReconcilerError as e:  # only a warm-up: the submit says what is wrong
+            log.info("app %s: its job graph was not compiled on the new cluster %s: %s", app.name, generation, e)
+
     def _await_turn(self, cluster: str, generation: str, app: str, deadline: float) -> None:
-        """One job at a time through the downtime of a move: this app's job (still running on the old cluster) is
-        stopped only once every job whose move began before it runs all its tasks on the new cluster, or that move
-        was undone. Two jobs stopped, submitted and deployed at once onto a new JobManager and TaskManager took
-        twice a job-only upgrade's downtime each (bench/session_bench.py); one after the other, each job's
-        downtime is its own. The wait is before the stop (the job runs on meanwhile), bounded, and in-memory: a
-        move resumed after a crash does not wait."""
+        """One job at a time through the downtime of a move, on a new cluster that nothing else keeps busy: this
+        app's job (still running on the old cluster) is stopped only once no other app's jar is still being put
+        on the new cluster, and every job whose move began before it runs all its tasks there and has completed a
+        checkpoint there (or has run SETTLE_S without one: checkpoints may be rare or off), or that move was
+        undone. Two jobs stopped, submitted and deployed at once onto a new JobManager and TaskManager took twice
+        a job-only upgrade's downtime each; a stop during the previous job's first seconds on the new cluster
+        (its deployment, its first checkpoint) was slowed down by them (bench/session_bench.py). The wait is
+        before the stop (the job runs on meanwhile), bounded, and in-memory: a move resumed after a crash does
+        not wait."""
+        key = (cluster, generation)
         end = min(deadline - 30.0, self.clock.monotonic() + 120.0)
+        running_since: dict[str, float] = {}
         while self.clock.monotonic() < end:
             with self._standby_lock(cluster):
-                order = self._move_order.get((cluster, generation), [])
-                movers = self._movers.get((cluster, generation), set())
+                order = self._move_order.get(key, [])
+                movers = self._movers.get(key, set())
                 ahead = [m for m in order[:order.index(app)] if m in movers] if app in order else []
-            if not ahead:
+                priming = self._priming.get(key, set()) - {app}
+            if not ahead and not priming:
                 return
             try:
-                there = [j for g in self.host.session_generations(cluster) if g.generation == generation
-                         for j in g.client.jobs() if j.state.upper() == "RUNNING" and j.tasks_total
-                         and j.tasks_running == j.tasks_total]
+                settled = priming == set() and all(self._settled(cluster, generation, m, running_since)
+                                                   for m in ahead)
             except ReconcilerError:
                 return  # cannot tell: go on (the wait only shortens downtime, it keeps nothing safe)
-            if all(any(is_job_of(j.job_id, m) for j in there) for m in ahead):
+            if settled:
                 return
             self.clock.sleep(0.05)
         log.info("session cluster %s: %s stops its job without waiting further for the moves before it", cluster, app)
+
+    def _settled(self, cluster: str, generation: str, app: str, running_since: dict[str, float]) -> bool:
+        """App `app`'s job runs every task on cluster `generation` and has completed a checkpoint there, or has
+        run every task for SETTLE_S (first seen by this caller, `running_since`)."""
+        for g in self.host.session_generations(cluster):
+            if g.generation != generation:
+                continue
+            for j in g.client.jobs():
+                if not (is_job_of(j.job_id, app) and j.state.upper() == "RUNNING" and j.tasks_total
+                        and j.tasks_running == j.tasks_total):
+                    continue
+                since = running_since.setdefault(app, self.clock.monotonic())
+                if self.clock.monotonic() - since >= SETTLE_S:
+                    return True
+                stats = g.client.checkpoints(j.job_id)
+                return stats.completed_count > 0 and (stats.latest_completed_at is None or j.start_time_ms <= 0 or
+                                                      stats.latest_completed_at.timestamp() * 1000 >= j.start_time_ms)
+        return False
 
     def promote_standby(self, app: str, *, generation: str, deadline: float) -> None:
         cluster = self.session_of(app)

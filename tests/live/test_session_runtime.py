@@ -14,8 +14,8 @@ from reconciler.clock import FakeClock
 from reconciler.core.observed import Checkpoint, ClusterPhase
 from reconciler.core.plan import deterministic_job_id
 from reconciler.errors import PermanentStepError
-from reconciler.live.ports import ClusterInfo, JobSummary, SessionGeneration
-from reconciler.live.session import SessionRuntime
+from reconciler.live.ports import CheckpointStats, ClusterInfo, JobSummary, SessionGeneration
+from reconciler.live.session import SETTLE_S, SessionRuntime
 from reconciler.spec.model import FlinkApp
 from tests.core.builders import app as make_app
 
@@ -57,6 +57,16 @@ class Client:
         self.jobs_[kw["job_id"]] = "RUNNING"
         self.calls.append(("run", kw))
         return str(kw["job_id"])
+
+    def plan_jar(self, jar_id: str, **kw: Any) -> None:
+        self.calls.append(("plan", (jar_id, kw["args"])))
+
+    checkpointed: set[str] = field(default_factory=set)  # jobs that completed a checkpoint
+
+    def checkpoints(self, job_id: str) -> CheckpointStats:
+        n = int(job_id in self.checkpointed)
+        return CheckpointStats(completed_count=n, latest_completed_id=n or None, latest_completed_path=None,
+                               latest_completed_at=None, restored_path=None, restored_is_savepoint=None)
 
 
 @dataclass
@@ -263,21 +273,46 @@ def test_an_undone_move_keeps_the_new_cluster_for_a_move_begun_and_the_last_undo
 
 def test_the_jobs_of_a_move_go_through_their_downtime_one_after_another(host: Host) -> None:
     """b's standby step returns (and b's job is stopped) only once a's job, whose move began first, runs all its
-    tasks on the new cluster; a move undone lets the next one go; the wait is bounded."""
+    tasks on the new cluster and completed a checkpoint there (or ran SETTLE_S without one); a move undone lets
+    the next one go; the wait is bounded."""
     clock = FakeClock()
     rt = SessionRuntime(host, clock)
-    rt.set_sessions({"a": "shared", "b": "shared", "c": "shared"}, clusters=["shared"])
+    rt.set_sessions({"a": "shared", "b": "shared", "c": "shared", "d": "shared"}, clusters=["shared"])
     rt.start_standby(session_app("a", "2g"), generation="g2", deadline=1000)
     assert clock.monotonic() == 0  # the first one does not wait
-    host.slots["standby"][2].jobs_[job_of("a", 2)] = "RUNNING"  # a moved
+    new = host.slots["standby"][2]
+    new.jobs_[job_of("a", 2)] = "RUNNING"  # a moved
+    new.checkpointed.add(job_of("a", 2))
     rt.start_standby(session_app("b", "2g"), generation="g2", deadline=1000)
-    assert clock.monotonic() == 0  # a runs there: b goes at once
+    assert clock.monotonic() == 0  # a runs there and checkpointed: b goes at once
+    new.jobs_[job_of("b", 2)] = "RUNNING"  # b moved, no checkpoint yet
     rt.start_standby(session_app("c", "2g"), generation="g2", deadline=1000)
-    assert clock.monotonic() == pytest.approx(120, abs=0.1)  # b never arrived: c waited its bound, then went
-    rt.discard_standby("b", generation="g2", deadline=1000)
+    assert clock.monotonic() == pytest.approx(SETTLE_S, abs=0.1)  # b's first seconds there, then c went
     start = clock.monotonic()
-    rt.start_standby(session_app("c", "2g"), generation="g2", deadline=1000)  # b's move undone: c's turn
+    rt.start_standby(session_app("d", "2g"), generation="g2", deadline=1000)
+    assert clock.monotonic() - start == pytest.approx(120, abs=0.1)  # c never arrived: d waited its bound, then went
+    rt.discard_standby("c", generation="g2", deadline=1000)
+    new.checkpointed.add(job_of("b", 2))
+    start = clock.monotonic()
+    rt.start_standby(session_app("d", "2g"), generation="g2", deadline=1000)  # c's move undone: d's turn
     assert clock.monotonic() == start
+
+
+def test_every_moving_app_s_jar_is_on_the_new_cluster_with_its_graph_compiled(rt: SessionRuntime, host: Host,
+                                                                             tmp_path: Path) -> None:
+    """The first app's move starts the new cluster with its jar (the host warms it up); each other app's jar is
+    put there and its job graph compiled with its own arguments, in its standby step, before its stop."""
+    jar = tmp_path / "job.jar"
+    jar.write_bytes(b"jar")
+    rt.start_standby(session_app("a", "2g"), generation="g2", deadline=10, jar=jar)
+    new = host.slots["standby"][2]
+    assert new.calls == []  # the host's own warm-up
+    new.jobs_[job_of("a", 2)] = "RUNNING"
+    new.checkpointed.add(job_of("a", 2))
+    b = session_app("b", "2g")
+    rt.start_standby(b, generation="g2", deadline=10, jar=jar)
+    assert new.calls == [("plan", ("jar-standby", b.spec.job.args))]
+    assert host.calls == [("start_standby", ("g2", True)), ("start_standby", ("g2", False))]
 
 
 def test_a_jar_is_deleted_once_no_job_of_the_cluster_needs_it(rt: SessionRuntime, host: Host) -> None:
