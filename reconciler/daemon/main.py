@@ -7,8 +7,9 @@ by a factory *after* the lock is held, so a second daemon never opens the journa
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from reconciler.clock import Clock, SystemClock
 from reconciler.daemon.lock import DaemonLock
@@ -100,7 +101,8 @@ def make_auto_sharded(settings: Settings, metrics: Metrics | None, clock: Clock)
 
 
 def run(settings: Settings, make_service: ServiceFactory, *, clock: Clock | None = None) -> int:
-    """Run the daemon until SIGTERM/SIGINT; returns the process exit code. Raises ConfigError early."""
+    """Run the daemon until SIGTERM/SIGINT; returns the process exit code (exits at once when a pass outlives the
+    shutdown deadline). Raises ConfigError early."""
     if not settings.repo_url:
         raise ConfigError("`run` needs a repository: --repo or FLINK_RECONCILER_REPO_URL")
     clock = clock if clock is not None else SystemClock()
@@ -110,4 +112,16 @@ def run(settings: Settings, make_service: ServiceFactory, *, clock: Clock | None
         log.info("starting flink-reconciler daemon", extra={"lock": str(lock.path), "settings": settings.redacted()})
         metrics = Metrics()
         service = make_service(settings, metrics, clock)
-        return Daemon(service, settings, metrics, clock).run_forever()
+        code = Daemon(service, settings, metrics, clock).run_forever()
+    if code != 0:
+        exit_now(code)
+    return code
+
+
+def exit_now(code: int) -> NoReturn:
+    """A pass still ran at the shutdown deadline (a step retrying, a JVM slow to stop): exit anyway, as the
+    kubelet's SIGKILL would a little later. Every step is journaled, so the next start resumes it. Returning
+    would leave the interpreter waiting for the pass's worker threads, and the process ignoring SIGTERM."""
+    log.warning("exiting with a pass still running: its current step resumes from the journal on the next start")
+    logging.shutdown()
+    os._exit(code)

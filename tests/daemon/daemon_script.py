@@ -1,15 +1,18 @@
 """A real daemon process for the signal and lock tests: `run()` around a file-recording fake service.
 
-usage: python -m tests.daemon.daemon_script <state_dir> <record_file>
+usage: python -m tests.daemon.daemon_script <state_dir> <record_file> [stuck]
 
 The fake service appends one line per event to <record_file>. A sync whose reason mentions a webhook
-blocks, as a long upgrade would, until shutdown() parks it.
+blocks, as a long upgrade would, until shutdown() parks it; with `stuck`, it runs on a worker thread that
+does not notice shutdown (a step retrying, a JVM slow to stop), as the executor's apply threads do.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from reconciler.clock import Clock
@@ -22,8 +25,10 @@ from tests.daemon.forges import GITHUB_SECRET
 
 
 class RecordingService:
-    def __init__(self, record: Path) -> None:
+    def __init__(self, record: Path, *, stuck: bool = False) -> None:
         self._record = record
+        self._stuck = stuck
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apply")
         self._parked = threading.Event()
         self._lock = threading.Lock()
 
@@ -34,6 +39,10 @@ class RecordingService:
 
     def sync(self, *, full: bool, reason: str) -> None:
         self._write(f"sync full={full} reason={reason}")
+        if "webhook" in reason and self._stuck:
+            self._pool.submit(time.sleep, 60).result()
+            self._write("step done")
+            return
         if "webhook" in reason and self._parked.wait(timeout=60):
             self._write("parked")
             return
@@ -49,6 +58,7 @@ class RecordingService:
 
 def main() -> int:
     state_dir, record = Path(sys.argv[1]), Path(sys.argv[2])
+    stuck = sys.argv[3:] == ["stuck"]
     setup_logging("json", "INFO")
     settings = load_settings(
         {
@@ -63,7 +73,7 @@ def main() -> int:
     )
 
     def make(s: Settings, m: Metrics, c: Clock) -> RecordingService:
-        return RecordingService(record)
+        return RecordingService(record, stuck=stuck)
 
     try:
         return run(settings, make)

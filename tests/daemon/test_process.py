@@ -64,11 +64,11 @@ class DaemonProcess:
         return self.record.read_text(encoding="utf-8").splitlines() if self.record.exists() else []
 
 
-def start_daemon(tmp_path: Path, state_dir: Path, name: str = "d") -> DaemonProcess:
+def start_daemon(tmp_path: Path, state_dir: Path, name: str = "d", *mode: str) -> DaemonProcess:
     stderr = tmp_path / f"{name}.stderr"
     record = tmp_path / f"{name}.record"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.daemon.daemon_script", str(state_dir), str(record)],
+        [sys.executable, "-m", "tests.daemon.daemon_script", str(state_dir), str(record), *mode],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=stderr.open("wb"),
@@ -112,6 +112,30 @@ def test_signal_parks_the_running_sync_and_exits_0(daemon: DaemonProcess, signum
     assert stopped[0]["clean"] is True
     with pytest.raises(httpx.ConnectError):
         httpx.get(url + "/healthz", timeout=2)
+
+
+def test_a_pass_that_does_not_park_in_time_does_not_keep_the_process_alive(tmp_path: Path) -> None:
+    """Its worker thread still runs at the shutdown deadline (10 s here): the process exits anyway, 1, and says
+    the step resumes from the journal (before: the interpreter waited for the thread, SIGTERM looked ignored)."""
+    d = start_daemon(tmp_path, tmp_path / "state", "stuck", "stuck")
+    try:
+        url = d.url()
+        d.wait_for(lambda: "synced" in d.records(), "the startup sync")
+        headers, body = forges.github(forges.github_push_payload())
+        assert httpx.post(url + "/webhook", content=body, headers=headers, timeout=10).status_code == 202
+        d.wait_for(lambda: any("reason=webhook" in r for r in d.records()), "the webhook sync to start")
+        sent = time.monotonic()
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.proc.wait(timeout=30) == 1
+        assert time.monotonic() - sent < 25
+        assert "step done" not in d.records()
+        messages = [rec.get("msg") for rec in d.log()]
+        assert "the running sync did not end within the 10.0s shutdown deadline" in messages
+        assert any("resumes from the journal on the next start" in (m or "") for m in messages), messages
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait()
 
 
 def test_idle_daemon_exits_promptly_on_sigterm(daemon: DaemonProcess) -> None:
