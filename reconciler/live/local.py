@@ -867,9 +867,10 @@ class LocalRuntime:
         if child is None or child.poll() is not None:
             return False
         try:
-            return self.java.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            first = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
         except OSError:
             return False
+        return bool(first) and self.java.encode() not in first  # empty: a zombie (killed, not reaped yet)
 
     def _stop_procs(self, rec: ClusterRecord, procs: list[ProcRecord], deadline: float) -> None:
         """SIGTERM, then SIGKILL after the grace period (or at the deadline). Only our own PIDs."""
