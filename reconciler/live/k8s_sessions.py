@@ -25,7 +25,7 @@ import shutil
 import tempfile
 from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from reconciler.clock import Clock
 from reconciler.errors import PermanentStepError
@@ -34,7 +34,6 @@ from reconciler.live.k8s_api import Kube, Obj
 from reconciler.live.k8s_generations import AppView, ClusterView, Pointers
 from reconciler.live.k8s_status import workload_ready
 from reconciler.live.ports import ClusterInfo, SessionGeneration
-from reconciler.live.session import SessionRuntime
 from reconciler.spec.model import FlinkApp
 from reconciler.spec.session import SESSION_LABEL, session_generation
 
@@ -42,7 +41,6 @@ _UPLOADED = re.compile(r"[0-9a-f]{32}\.jar")  # the name `jar_id` uploads a jar 
 
 if TYPE_CHECKING:
     from reconciler.live.flink import FlinkRestClient
-    from reconciler.live.k8s_runtime import KubernetesRuntime
 
 SLOTS = ("cluster", "standby", "retired")
 
@@ -176,36 +174,3 @@ def session_info(info: ClusterInfo, root: Obj | None) -> ClusterInfo:
     """`info` marked as a FlinkSessionCluster's when its root says so (`ClusterInfo.session`)."""
     labels = ((root or {}).get("metadata") or {}).get("labels") or {}
     return dataclasses.replace(info, session=True) if labels.get(SESSION_LABEL) == "true" else info
-
-
-class KubernetesSessionRuntime(SessionRuntime):
-    """`SessionRuntime` over a `KubernetesRuntime` (what `make_runtime` builds): every app as before, session apps on
-    their FlinkSessionClusters. The wrapped runtime's own protocols (`ports.StandbyCapacity`,
-    `ports.OperatorTakeover`) are spelled out, so `isinstance` finds them without `__getattr__` (since Python 3.12 a
-    protocol check looks attributes up statically)."""
-
-    host: KubernetesRuntime
-
-    def __init__(self, host: KubernetesRuntime) -> None:
-        super().__init__(host)
-
-    def standby_refusals(self, apps: list[FlinkApp]) -> dict[str, str]:
-        return self.host.standby_refusals(apps)
-
-    def flink_deployments(self) -> dict[tuple[str, str], dict[str, Any]]:
-        return self.host.flink_deployments()
-
-    def flink_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.host.flink_deployment(namespace, name)
-
-    def suspend_flink_deployment(self, namespace: str, name: str) -> None:
-        self.host.suspend_flink_deployment(namespace, name)
-
-    def release_flink_deployment(self, namespace: str, name: str, *, state: str, upgrade_mode: str | None) -> None:
-        self.host.release_flink_deployment(namespace, name, state=state, upgrade_mode=upgrade_mode)
-
-    def delete_flink_deployment(self, namespace: str, name: str, *, deadline: float) -> None:
-        self.host.delete_flink_deployment(namespace, name, deadline=deadline)
-
-    def savepoint_storage_problem(self, deployment: dict[str, Any], uri: str) -> str | None:
-        return self.host.savepoint_storage_problem(deployment, uri)

@@ -47,14 +47,14 @@ def make_runtime(settings: Settings, clock: Clock) -> Runtime | None:
     import os
 
     from reconciler.live.k8s_runtime import KubernetesRuntime
-    from reconciler.live.k8s_sessions import KubernetesSessionRuntime
+    from reconciler.live.k8s_session_runtime import KubernetesSessionRuntime
 
     # FlinkSessionClusters: session apps' jobs on shared clusters, every other app as before
     kw: dict[str, Any] = {"clock": clock, "namespaces": settings.namespaces, "rest_via": settings.rest_via}
     if settings.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return KubernetesSessionRuntime(KubernetesRuntime.in_cluster(**kw))
+        return KubernetesSessionRuntime(KubernetesRuntime.in_cluster(**kw), clock)
     return KubernetesSessionRuntime(KubernetesRuntime.from_kubeconfig(
-        str(settings.kubeconfig) if settings.kubeconfig else None, **kw))
+        str(settings.kubeconfig) if settings.kubeconfig else None, **kw), clock)
 
 
 def kubernetes_runtime(runtime: Runtime | None) -> KubernetesRuntime | None:
