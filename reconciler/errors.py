@@ -103,6 +103,10 @@ class PermanentStepError(StepError):
     """Retrying will not help; the executor follows the plan's failure path."""
 
 
+class JobManagerGoneError(PermanentStepError):
+    """The JobManager of a job to stop is dead (no HA): the job is gone with it, and no savepoint will come."""
+
+
 class DeadlineExceededError(PermanentStepError):
     """A step did not finish before its deadline."""
 

@@ -71,6 +71,7 @@ from reconciler.core.takeover import suspension
 from reconciler.errors import (
     DeadlineExceededError,
     FencedError,
+    JobManagerGoneError,
     JobNotFoundError,
     JournalError,
     ObserveError,
@@ -302,6 +303,8 @@ class Executor:
                 self._run_stage(run, Stage.FORWARD, plan.steps, self._next_index(inf))
             except _StageFailedError as f:
                 no_rollback = plan.rollback_after is None or f.index <= plan.rollback_after or not plan.rollback
+                if isinstance(f.step, StopWithSavepoint) and isinstance(f.__cause__, JobManagerGoneError):
+                    return self._interrupted(run, f)
                 if isinstance(f.step, StopWithSavepoint) and self._stop_outcome_unknown(run, f.step):
                     return self._park(run, f)
                 if isinstance(f.step, DeleteOperatorDeployment):  # its job stopped, its savepoint is ours: go on later
@@ -367,6 +370,16 @@ class Executor:
             return True
         self.journal.set_scratch(run.app, trigger_id=None)
         return False
+
+    def _interrupted(self, run: _Run, f: _StageFailedError) -> AppResult:
+        """The job to stop died with its JobManager (no HA) before it gave a savepoint: this execution cannot go on.
+        It ends as interrupted, not as a failure of the spec: the next pass sees no job and restarts the app from
+        its newest checkpoint or savepoint (self-healing, `core.heal`), or says BLOCKED when it finds none."""
+        result = self._finish(run, Outcome.FAILURE, failed_step=describe_step(f.step), message=(
+            f"interrupted: {describe_step(f.step)}: {f.cause}; the next pass restarts the app from its newest "
+            "checkpoint or savepoint"), job_id=KEEP)
+        self.journal.mark_interrupted(run.app)
+        return result
 
     def _park(self, run: _Run, f: _StageFailedError, *, message: str | None = None) -> AppResult:
         """A stop-with-savepoint whose outcome is unknown (the request may have reached Flink, and no answer
@@ -669,6 +682,7 @@ class Executor:
             raise TransientStepError(f"the cluster is {info.phase.value}: {info.message or 'not ready yet'}")
 
     def _stop_with_savepoint(self, run: _Run, step: StopWithSavepoint, deadline: float) -> dict[str, str | None]:
+        self._jobmanager_alive(run)
         inf = self._inflight(run.app)
         flink = self.runtime.flink(run.app)
         trigger = inf.trigger_id
@@ -721,6 +735,20 @@ class Executor:
                 return {"captured_path": status.location, "captured_kind": "savepoint"}
             # A stopping job processes nothing: this is downtime too, poll as for the start.
             self._wait(deadline, f"savepoint {trigger} of job {step.job_id}", interval=self.poll_interval / 4)
+
+    def _jobmanager_alive(self, run: _Run) -> None:
+        """Raise JobManagerGoneError when the JobManager of the job to stop is dead and the app has no HA (kill -9
+        mid-upgrade): its job is gone with it, so waiting for a savepoint until the step's deadline, then parking
+        and waiting again, would keep the app down for good. The job's state is in its retained checkpoints."""
+        if run.plan.previous is None or self._spec(run, SpecRef.PREVIOUS).spec.high_availability.enabled:
+            return
+        try:
+            info = self.runtime.observe(run.app)
+        except ReconcilerError:
+            return
+        if info.phase is ClusterPhase.FAILED and not info.session:
+            raise JobManagerGoneError(f"the JobManager is not running ({info.message or 'dead'}); without high "
+                                      "availability its job is gone with it, and no savepoint can be taken")
 
     def _restart_missing(self, run: _Run) -> None:
         """A savepoint refused because the job's tasks are not running may be waiting for a TaskManager that died

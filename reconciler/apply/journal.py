@@ -41,7 +41,7 @@ from pydantic import ValidationError
 
 from reconciler.clock import Clock
 from reconciler.core.observed import AppRecord, Outcome, Records, SavepointRecord
-from reconciler.core.plan import Action, AppPlan, reason_key, spec_hash
+from reconciler.core.plan import INTERRUPTED, Action, AppPlan, reason_key, spec_hash
 from reconciler.core.rollback import protected_rollback_points
 from reconciler.errors import JournalError, ReconcilerError, RecordConflictError
 from reconciler.live.records import BrokenRecord, Doc, FileRecordStore, Read, RecordStore, StoredRecord
@@ -834,6 +834,15 @@ class Journal:
                 r.pop("unhealthy_since", None)
             elif not r.get("unhealthy_since"):
                 r["unhealthy_since"] = now
+
+        self._update(app, fn, create=False)
+
+    def mark_interrupted(self, app: str) -> None:
+        """The last execution was cut off by a fault, not refused by the spec (`core.context.INTERRUPTED`): the
+        planner does not treat its failure as "this spec already failed"."""
+
+        def fn(doc: Doc) -> None:
+            (doc.get("record") or {})["last_action"] = INTERRUPTED
 
         self._update(app, fn, create=False)
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from reconciler.core.diff import highest_class
 from reconciler.core.observed import LiveApp, LiveState, Outcome, Records
 from reconciler.core.plan import (
+    INTERRUPTED,
     Action,
     AppPlan,
     AwaitHealthy,
@@ -188,6 +189,8 @@ def failed_before(ctx: Ctx) -> AppPlan | None:
     if rec.last_attempted_spec_hash != ctx.desired.spec_hash:
         return None
     if rec.last_action == Action.REPAIR.value:  # the crash-loop guard counts failed repairs (repair_guard)
+        return None
+    if rec.last_action == INTERRUPTED:  # cut off by a fault (its JobManager died), not refused by the spec
         return None
     if (rec.last_message or "").startswith(FAILED_BEFORE):
         return ctx.app_plan(Action.BLOCKED, rec.last_message or "")  # already said; never nest it

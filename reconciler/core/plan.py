@@ -370,6 +370,11 @@ class Plan(_Frozen):
 _NUMBER = re.compile(r"[0-9]+")
 
 
+# The record's last action when an execution was cut off by a fault (its job died with its JobManager mid-way), not
+# refused by the spec: its failure is not "this spec already failed" (core.context.failed_before).
+INTERRUPTED = "interrupted"
+
+
 def reason_key(text: str) -> str:
     """A reason with its numbers blanked: "the latest checkpoint is 12s old" said again a pass later (13s) is the
     same answer, so history, notes and commit statuses record it once, not on every pass."""

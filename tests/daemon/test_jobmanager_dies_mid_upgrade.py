@@ -1,0 +1,142 @@
+"""kill -9 of a JobManager (no HA) while an upgrade waits for its stop-with-savepoint: the job is gone with it and
+no savepoint will ever come. The execution ends as interrupted (not "this spec already failed", not parked to
+wait forever) and the next pass restarts the app at the new spec from its newest checkpoint.
+
+Found by the chaos soak: the stop step retried a dead REST endpoint until its deadline, parked, and did so again
+on every pass, so the app stayed down. Real Git, the real pass, journal and executor; the Flink double of
+tests/apply/fakes.py, extended here with a JobManager that dies (its jobs with it) and a restart that forgets
+them, as the local runtime's does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from reconciler.apply.journal import Journal
+from reconciler.clock import FakeClock
+from reconciler.core.observed import Checkpoint, ClusterPhase, Outcome
+from reconciler.core.plan import INTERRUPTED
+from reconciler.errors import ObserveError
+from reconciler.live.ports import ClusterInfo
+from reconciler.service.reconcile import Reconciler
+from reconciler.source.git import GitSource
+from reconciler.spec.model import FlinkApp
+from tests.apply.fakes import FakeCluster, FakeFlink, FakeRuntime
+from tests.gitutil import Repo
+
+APP = "orders"
+
+
+def spec(parallelism: int) -> str:
+    return f"""\
+apiVersion: flink-reconciler.io/v1alpha1
+kind: FlinkApp
+metadata:
+  name: {APP}
+spec:
+  taskManager:
+    slots: 2
+  flinkConfiguration:
+    execution.checkpointing.interval: 1s
+  job:
+    jarURI: jobs/counter.jar
+    parallelism: {parallelism}
+"""
+
+
+class DyingJobManager(FakeRuntime):
+    """A JobManager that can die (kill -9): the cluster is FAILED, REST refuses, its jobs are gone; their retained
+    checkpoints stay in storage. `ensure_cluster` starts a new JobManager that knows no job."""
+
+    def __init__(self, clock: FakeClock, **kw: Any) -> None:
+        super().__init__(clock, **kw)
+        self.dead: set[str] = set()
+        self.retained: list[Checkpoint] = []
+
+    def kill_jobmanager(self, app: str) -> None:
+        flink = self.clusters[app].flink
+        flink._tick()
+        for job in flink.jobs_by_id.values():
+            self.retained += [Checkpoint(path=path, completed_at=self.wall(at)) for _, path, at in job.checkpoints]
+        self.extra_paths |= {c.path for c in self.retained}  # retained on disk: a new JobManager can restore them
+        self.dead.add(app)
+
+        def refused(*_a: Any, **_k: Any) -> Any:
+            raise ObserveError(f"JobManager REST of {app} not answering (connection refused)")
+
+        for name in ("overview", "jobs", "job", "savepoint_status", "stop_with_savepoint", "trigger_savepoint",
+                     "cancel", "checkpoints", "exceptions", "run_jar", "upload_jar"):
+            setattr(flink, name, refused)  # a client held from before the kill gets nothing either
+
+    def observe(self, app: str) -> ClusterInfo:
+        if app in self.dead:
+            return ClusterInfo(app=app, phase=ClusterPhase.FAILED, rest_url=f"fake://{app}",
+                               spec_hash=self.clusters[app].spec_hash,
+                               message="JobManager is not running: killed by SIGKILL")
+        return super().observe(app)
+
+    def flink(self, app: str) -> FakeFlink:
+        if app in self.dead:
+            raise ObserveError(f"JobManager REST of {app} not answering (connection refused)")
+        return super().flink(app)
+
+    def stored_snapshots(self, app: str) -> list[Checkpoint]:
+        # newest first, as the runtimes list them
+        return sorted(self.retained, key=lambda c: c.completed_at, reverse=True) if app in self.clusters else []
+
+    def ensure_cluster(self, app: FlinkApp, *, deadline: float) -> ClusterInfo:
+        if app.name in self.dead:
+            old = self.clusters.pop(app.name)
+            self.dead.discard(app.name)
+            self.clusters[app.name] = FakeCluster(app.name, self.clock.monotonic(), old.spec_hash,
+                                                  FakeFlink(self, app.name))
+        return super().ensure_cluster(app, deadline=deadline)
+
+
+def test_a_jobmanager_killed_during_the_upgrades_stop_interrupts_it_and_the_app_restarts_from_its_checkpoint(
+        tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    repo.write("jobs/counter.jar", b"not really a jar")
+    repo.write("apps/orders.yaml", spec(1))
+    repo.commit("orders")
+    clock = FakeClock()
+    runtime = DyingJobManager(clock, savepoint_dir=str(tmp_path / "savepoints"), create_savepoint_dirs=True,
+                              savepoint_s=5.0)
+    state = tmp_path / "state"
+    rec = Reconciler(source=GitSource(str(repo.origin), state / "git"), runtime=runtime,
+                     journal=Journal(state / "journal", clock), clock=clock, runtime_name="local")
+    rec.source.fetch()
+    assert rec.apply(rec.source.head()).results[APP].outcome is Outcome.SUCCESS
+    clock.sleep(10)  # it checkpoints
+    (old_job,) = runtime.running_jobs(APP)
+
+    repo.write("apps/orders.yaml", spec(2))
+    repo.commit("orders at parallelism 2")
+    rec.source.fetch()
+    flink = runtime.clusters[APP].flink
+    stop = flink.stop_with_savepoint
+
+    def stop_then_die(job_id: str, **kw: Any) -> str:
+        trigger = stop(job_id, **kw)
+        runtime.kill_jobmanager(APP)  # before the savepoint completes
+        return trigger
+
+    flink.stop_with_savepoint = stop_then_die  # type: ignore[method-assign]
+    t0 = clock.monotonic()
+    upgrade = rec.apply(rec.source.head()).results[APP]
+    assert upgrade.action.value == "upgrade" and upgrade.outcome is Outcome.FAILURE, upgrade
+    assert upgrade.message.startswith("interrupted: stop job") and "JobManager is not running" in upgrade.message
+    assert clock.monotonic() - t0 < 60, "not waited out until the stop's deadline"
+    record = rec.journal.record(APP)
+    assert record is not None and record.last_action == INTERRUPTED and rec.journal.inflight(APP) is None
+
+    # The next pass: no job, no savepoint; the newest retained checkpoint of the old job restarts it, at the new spec.
+    repaired = rec.apply(rec.source.head()).results[APP]
+    assert repaired.action.value == "repair" and repaired.outcome is Outcome.SUCCESS, repaired
+    (new_job,) = runtime.running_jobs(APP)
+    job = runtime.clusters[APP].flink.jobs_by_id[new_job]
+    newest = max(runtime.retained, key=lambda c: c.completed_at)
+    assert job.restored_from == newest.path and f"/{old_job}/chk-" in job.restored_from
+    assert job.parallelism == 2
+    record = rec.journal.record(APP)
+    assert record is not None and record.last_outcome is Outcome.SUCCESS
