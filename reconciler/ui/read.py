@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import yaml
 
@@ -81,6 +82,14 @@ class AppDetail:
     transitions: tuple[Transition, ...]  # newest first
     failures: tuple[Transition, ...]  # the history lines that failed or erred, newest first
     live: LiveInfo | None
+    # The FlinkSessionCluster the app's job runs on (its applied spec's sessionCluster) and the other apps there.
+    session: tuple[str, tuple[str, ...]] | None = None
+
+
+def _session_cluster(applied: Mapping[str, Any] | None) -> str | None:
+    spec = (applied or {}).get("spec") or {}
+    name = spec.get("sessionCluster") if isinstance(spec, Mapping) else None
+    return name if isinstance(name, str) else None
 
 
 @dataclass(frozen=True)
@@ -247,7 +256,17 @@ class ReadSide:
             diff=changes, lineage=lineage, savepoints=savepoints, transitions=transitions,
             failures=tuple(t for t in transitions if t.outcome is not None and t.outcome.value in ("failure", "error")),
             live=self.live([name]).get(name),
+            session=self._session_of(name, applied),
         )
+
+    def _session_of(self, name: str, applied: Mapping[str, Any] | None) -> tuple[str, tuple[str, ...]] | None:
+        cluster = _session_cluster(applied)
+        if cluster is None:
+            return None
+        records, _ = self._records()
+        others = tuple(sorted(a for a, r in records.apps.items()
+                              if a != name and _session_cluster(r.last_applied_spec) == cluster))
+        return cluster, others
 
     def _journal_of(self, name: str) -> Journal | None:
         journals = list(self._journals())

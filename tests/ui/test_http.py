@@ -115,3 +115,30 @@ def test_ui_enabled_false_keeps_the_text_page_for_browsers_too(tmp_path: Path) -
                         "listen_port": 0})
     assert Daemon(make_reconciler(on, SystemClock(), report=False), on, Metrics()).http._endpoints.ui is not None
     assert Daemon(_Fake(), on, Metrics()).http._endpoints.ui is None  # not a reconciler of ours
+
+
+def test_the_app_page_names_the_session_cluster_its_job_runs_on_and_the_apps_it_shares(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from reconciler.spec.load import LoadResult, load_files
+    from tests.ui.records import execute, plans
+
+    root = Path(__file__).resolve().parents[2] / "examples-repo" / "sessions"
+    head = load_files({f"sessions/{p.name}": p.read_bytes() for p in root.glob("*.yaml")})
+    assert sorted(head.apps) == ["metering", "tallies"], head.errors
+    clock = SystemClock()
+    journal = Journal(tmp_path / "journal", clock)
+    for ap in plans(LoadResult(), head, base_revision="0" * 40, revision="1" * 40, now=datetime.now(UTC)):
+        execute(journal, "1" * 40, ap)
+    read = ReadSide(journals=lambda: [journal], tip=lambda: None, clock=clock)
+    detail = read.app("tallies")
+    assert detail is not None and detail.session == ("shared", ("metering",))
+    server = HttpServer("127.0.0.1", 0, Endpoints(
+        secrets=WebhookSecrets(), branch="main", on_push=lambda _e: False, readiness=lambda: (True, "ok"),
+        metrics=Metrics(), status_page=lambda: TEXT, ui=Dashboard(read)))
+    server.start()
+    try:
+        page = httpx.get(server.url + "/apps/tallies", headers={"Accept": "text/html"}, timeout=10).text
+    finally:
+        server.stop()
+    assert "session cluster <code>shared</code>, shared with <a href=\"/apps/metering\">metering</a>" in page
