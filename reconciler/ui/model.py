@@ -17,6 +17,7 @@ from reconciler.apply.journal import InFlight, StepPhase
 from reconciler.core.observed import AppRecord, Outcome, Records
 from reconciler.core.plan import describe_step, spec_hash
 from reconciler.spec.load import LoadedApp, LoadResult
+from reconciler.spec.model import JobState
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,8 @@ def sync_state(*, record: AppRecord | None, broken: str | None, inflight: InFlig
         return "error", record.last_message or "the last attempt at this spec failed"
     if pass_state is not None and pass_state[0] in ("error", "failure"):
         return "error", pass_state[1]
+    if applied_hash is None and desired.app.spec.job.state is JobState.SUSPENDED:
+        return "in-sync", "suspended in Git and never started: nothing to run"  # `apply` does nothing for it
     if applied_hash is None:
         return "out-of-sync", "not created yet"
     return "out-of-sync", "the branch tip's spec differs from the applied one"

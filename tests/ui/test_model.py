@@ -18,6 +18,7 @@ from tests.gitutil import spec
 
 A1 = load_files({"a.yaml": spec("a").encode()}).apps["a"]
 A2 = load_files({"a.yaml": spec("a", parallelism=2).encode()}).apps["a"]
+AS = load_files({"a.yaml": spec("a", extra="    state: suspended\n").encode()}).apps["a"]
 H1, H2 = A1.app.spec_hash, A2.app.spec_hash
 T = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -43,6 +44,9 @@ ROWS = [
     Row("applied spec is the tip's", rec(last_outcome=Outcome.SUCCESS), A1, H1, "in-sync"),
     Row("tip changed the spec", rec(last_outcome=Outcome.SUCCESS), A2, H1, "out-of-sync"),
     Row("not created yet", None, A1, None, "out-of-sync"),
+    Row("suspended in Git, never started: apply has nothing to do", None, AS, None, "in-sync"),
+    Row("suspended in Git after it ran: the suspend is still to do", rec(last_outcome=Outcome.SUCCESS), AS, H1,
+        "out-of-sync"),
     Row("gone from the branch, prune off", rec(), None, H1, "out-of-sync"),
     Row("deleted, nothing applied", rec(), None, None, "in-sync"),
     Row("failed at the tip's spec", rec(last_outcome=Outcome.FAILURE, last_attempted_spec_hash=H2,
