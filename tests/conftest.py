@@ -25,6 +25,7 @@ def flink_modules(root: Path) -> frozenset[str]:
                      if _FLINK_MARK.search(p.read_text(encoding="utf-8")))
 
 
+@pytest.hookimpl(optionalhook=True)  # a run without xdist (`-p no:xdist`) does not know this hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """A scope per module, all real-Flink modules one scope. (xdist's own `loadgroup` cannot carry a group
     here: its node id suffix is lost under pytest 9.)"""
