@@ -159,6 +159,10 @@ def test_a_killed_taskmanager_is_restarted_and_the_job_goes_on_from_its_state(en
 
 
 def test_a_killed_jobmanager_gets_a_new_cluster_and_the_job_restores_its_newest_checkpoint(env: Env) -> None:
+    job, _ = env.wait_counting("heal", {})
+    # What it restores from: a checkpoint of this job (with none, BLOCKED is the right answer: nothing to restore).
+    poll(lambda: env.runtime.flink("heal").checkpoints(job.job_id).completed_count > 0, timeout=90, interval=1,
+         what="a completed checkpoint of the running job", alive=env.daemon.died)
     job, before = env.wait_counting("heal", {})
     rec = env.runtime.read_record("heal")
     assert rec is not None
