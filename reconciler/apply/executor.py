@@ -305,8 +305,6 @@ class Executor:
                 no_rollback = plan.rollback_after is None or f.index <= plan.rollback_after or not plan.rollback
                 if isinstance(f.step, StopWithSavepoint) and isinstance(f.__cause__, JobManagerGoneError):
                     return self._interrupted(run, f)
-                if self._jobmanager_died(run, f.step):
-                    return self._interrupted(run, f)
                 if isinstance(f.step, StopWithSavepoint) and self._stop_outcome_unknown(run, f.step):
                     return self._park(run, f)
                 if isinstance(f.step, DeleteOperatorDeployment):  # its job stopped, its savepoint is ours: go on later
@@ -751,22 +749,6 @@ class Executor:
         if info.phase is ClusterPhase.FAILED and not info.session:
             raise JobManagerGoneError(f"the JobManager is not running ({info.message or 'dead'}); without high "
                                       "availability its job is gone with it, and no savepoint can be taken")
-
-    def _jobmanager_died(self, run: _Run, step: Step) -> bool:
-        """A forward step failed while the cluster's JobManager is dead (no HA; kill -9 during the upgrade): a fault,
-        not the spec's failure. Neither a rollback onto that dead cluster nor "this spec already failed" is the
-        answer: the execution is interrupted, and the next pass starts again from the newest checkpoint or
-        savepoint. Once per spec: a JobManager that dies again under the same spec (a config that kills it) fails
-        the usual way, so a bad spec never loops. Not for a cluster this step was starting."""
-        if isinstance(step, EnsureCluster | StartStandbyCluster):
-            return False
-        if self.journal.interrupted_before(run.app):
-            return False
-        try:
-            self._jobmanager_alive(run)
-        except JobManagerGoneError:
-            return True
-        return False
 
     def _restart_missing(self, run: _Run) -> None:
         """A savepoint refused because the job's tasks are not running may be waiting for a TaskManager that died

@@ -842,15 +842,9 @@ class Journal:
         planner does not treat its failure as "this spec already failed"."""
 
         def fn(doc: Doc) -> None:
-            r = doc.get("record") or {}
-            r.update(last_action=INTERRUPTED, interrupted_spec=r.get("last_attempted_spec_hash"))
+            (doc.get("record") or {})["last_action"] = INTERRUPTED
 
         self._update(app, fn, create=False)
-
-    def interrupted_before(self, app: str) -> bool:
-        """Whether an execution of the spec being attempted now was already interrupted once."""
-        r = (self._doc(app) or {}).get("record") or {}
-        return bool(r.get("interrupted_spec")) and r.get("interrupted_spec") == r.get("last_attempted_spec_hash")
 
     def mark_recovered(self, app: str, *, job_id: str, message: str) -> None:
         """A repair that failed only because its job checkpointed after the step's deadline: the job runs and
