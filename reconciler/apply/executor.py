@@ -375,11 +375,9 @@ class Executor:
         """The job to stop died with its JobManager (no HA) before it gave a savepoint: this execution cannot go on.
         It ends as interrupted, not as a failure of the spec: the next pass sees no job and restarts the app from
         its newest checkpoint or savepoint (self-healing, `core.heal`), or says BLOCKED when it finds none."""
-        result = self._finish(run, Outcome.FAILURE, failed_step=describe_step(f.step), message=(
+        return self._finish(run, Outcome.FAILURE, failed_step=describe_step(f.step), message=(
             f"interrupted: {describe_step(f.step)}: {f.cause}; the next pass restarts the app from its newest "
-            "checkpoint or savepoint"), job_id=KEEP)
-        self.journal.mark_interrupted(run.app)
-        return result
+            "checkpoint or savepoint"), job_id=KEEP, interrupted=True)
 
     def _park(self, run: _Run, f: _StageFailedError, *, message: str | None = None) -> AppResult:
         """A stop-with-savepoint whose outcome is unknown (the request may have reached Flink, and no answer
@@ -472,11 +470,12 @@ class Executor:
         job_id: str | Keep | None,
         rolled_back: bool = False,
         applied_spec: dict[str, Any] | None = None,
+        interrupted: bool = False,
     ) -> AppResult:
         inf = self.journal.inflight(run.app)
         savepoint = inf.captured_path if inf is not None else None
         lineage = self.journal.finish(run.app, outcome, message, applied_spec=applied_spec, job_id=job_id,
-                                      rolled_back=rolled_back)
+                                      rolled_back=rolled_back, interrupted=interrupted)
         return AppResult(
             app=run.app, action=run.plan.action, outcome=outcome, failed_step=failed_step, message=message,
             rolled_back=rolled_back, savepoint=savepoint, job_id=job_id if isinstance(job_id, str) else None,
@@ -682,7 +681,13 @@ class Executor:
             raise TransientStepError(f"the cluster is {info.phase.value}: {info.message or 'not ready yet'}")
 
     def _stop_with_savepoint(self, run: _Run, step: StopWithSavepoint, deadline: float) -> dict[str, str | None]:
-        self._jobmanager_alive(run)
+        try:
+            return self._stop_attempt(run, step, deadline)
+        except (ObserveError, StepError):
+            self._jobmanager_alive(run)  # only when an attempt failed: no extra observe on the upgrade's path
+            raise
+
+    def _stop_attempt(self, run: _Run, step: StopWithSavepoint, deadline: float) -> dict[str, str | None]:
         inf = self._inflight(run.app)
         flink = self.runtime.flink(run.app)
         trigger = inf.trigger_id

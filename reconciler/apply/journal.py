@@ -563,8 +563,11 @@ class Journal:
         applied_spec: dict[str, Any] | None,
         job_id: str | Keep | None = KEEP,
         rolled_back: bool = False,
+        interrupted: bool = False,
     ) -> Lineage | None:
-        """End the execution. Flux-style: the applied revision/spec move only on success (and only
+        """End the execution. `interrupted`: cut off by a fault, not refused by the spec (`core.plan.INTERRUPTED`),
+        in the same write, so a crash cannot leave it looking like "this spec already failed". Flux-style: the
+        applied revision/spec move only on success (and only
         when `applied_spec` is given); the attempted revision was recorded by `begin`.
 
         Returns the execution's lineage (what its job restored, which savepoints it took), also kept in
@@ -586,6 +589,8 @@ class Journal:
                     r.update(last_applied_revision=revision, last_applied_spec=applied_spec)
                 if not isinstance(job_id, Keep):
                     r["job_id"] = job_id
+                if interrupted:
+                    r.update(last_action=INTERRUPTED, interrupted_spec=r.get("last_attempted_spec_hash"))
             self._transition(doc, revision, "finish", outcome=outcome, message=message)
             return lineage
 
@@ -834,15 +839,6 @@ class Journal:
                 r.pop("unhealthy_since", None)
             elif not r.get("unhealthy_since"):
                 r["unhealthy_since"] = now
-
-        self._update(app, fn, create=False)
-
-    def mark_interrupted(self, app: str) -> None:
-        """The last execution was cut off by a fault, not refused by the spec (`core.context.INTERRUPTED`): the
-        planner does not treat its failure as "this spec already failed"."""
-
-        def fn(doc: Doc) -> None:
-            (doc.get("record") or {})["last_action"] = INTERRUPTED
 
         self._update(app, fn, create=False)
 
