@@ -305,6 +305,8 @@ class Executor:
                 no_rollback = plan.rollback_after is None or f.index <= plan.rollback_after or not plan.rollback
                 if isinstance(f.step, StopWithSavepoint) and isinstance(f.__cause__, JobManagerGoneError):
                     return self._interrupted(run, f)
+                if self._jobmanager_died(run, f.step):
+                    return self._interrupted(run, f)
                 if isinstance(f.step, StopWithSavepoint) and self._stop_outcome_unknown(run, f.step):
                     return self._park(run, f)
                 if isinstance(f.step, DeleteOperatorDeployment):  # its job stopped, its savepoint is ours: go on later
@@ -754,6 +756,22 @@ class Executor:
         if info.phase is ClusterPhase.FAILED and not info.session:
             raise JobManagerGoneError(f"the JobManager is not running ({info.message or 'dead'}); without high "
                                       "availability its job is gone with it, and no savepoint can be taken")
+
+    def _jobmanager_died(self, run: _Run, step: Step) -> bool:
+        """A forward step failed while the app's JobManager is dead (no HA; kill -9 after the stop): a fault, not the
+        spec's failure. Neither a rollback onto the dead cluster nor "this spec already failed" helps; the execution
+        is interrupted and the next pass starts the new spec from the savepoint the stop took (or the newest
+        checkpoint). Not where the death is the spec's own doing: a step starting the cluster, a runtime whose
+        supervisor restarts JobManagers (a FAILED one there is crash-looping), or a second death under this spec."""
+        if self.runtime.restarts_jobmanagers or isinstance(step, EnsureCluster | StartStandbyCluster):
+            return False
+        if self.journal.interrupted_before(run.app):
+            return False
+        try:
+            self._jobmanager_alive(run)
+        except JobManagerGoneError:
+            return True
+        return False
 
     def _restart_missing(self, run: _Run) -> None:
         """A savepoint refused because the job's tasks are not running may be waiting for a TaskManager that died

@@ -842,6 +842,12 @@ class Journal:
 
         self._update(app, fn, create=False)
 
+    def interrupted_before(self, app: str) -> bool:
+        """Whether an execution of the spec attempted now already ended as interrupted: a second fault under the
+        same spec is treated as the spec's own doing, so a config that kills its JobManager never loops."""
+        r = (self._doc(app) or {}).get("record") or {}
+        return bool(r.get("interrupted_spec")) and r.get("interrupted_spec") == r.get("last_attempted_spec_hash")
+
     def mark_recovered(self, app: str, *, job_id: str, message: str) -> None:
         """A repair that failed only because its job checkpointed after the step's deadline: the job runs and
         checkpoints now, so the app's outcome is success again (one history line), not a failure until the next

@@ -118,6 +118,9 @@ class Runtime(Protocol):
     with the most specific reason it knows (JVM exit code, pod status)."""
 
     name: str
+    # Whether something outside the reconciler restarts a dead JobManager (Kubernetes: the Deployment and kubelet).
+    # Where nothing does (local processes), a JobManager found dead mid-upgrade was killed, not crash-looping.
+    restarts_jobmanagers: bool
 
     def list_clusters(self) -> dict[str, ClusterInfo]:
         """Every cluster this runtime manages, in one call (not one per app)."""

@@ -321,6 +321,7 @@ class FakeRuntime:
     """`Runtime` over FakeFlink clusters, one per app, all timed by one FakeClock."""
 
     name = "fake"
+    restarts_jobmanagers = False
 
     def __init__(
         self,

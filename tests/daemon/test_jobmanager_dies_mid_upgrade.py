@@ -140,3 +140,111 @@ def test_a_jobmanager_killed_during_the_upgrades_stop_interrupts_it_and_the_app_
     assert job.parallelism == 2
     record = rec.journal.record(APP)
     assert record is not None and record.last_outcome is Outcome.SUCCESS
+
+
+def test_a_jobmanager_killed_after_the_stop_interrupts_the_upgrade_instead_of_a_rollback_onto_it(
+        tmp_path: Path) -> None:
+    """Killed once the new job was submitted: not rolled back onto the dead cluster, not "this spec already
+    failed"; the next pass starts the new spec from the savepoint the stop took."""
+    repo = Repo(tmp_path)
+    repo.write("jobs/counter.jar", b"not really a jar")
+    repo.write("apps/orders.yaml", spec(1))
+    repo.commit("orders")
+    clock = FakeClock()
+    runtime = DyingJobManager(clock, savepoint_dir=str(tmp_path / "savepoints"), create_savepoint_dirs=True)
+    state = tmp_path / "state"
+    rec = Reconciler(source=GitSource(str(repo.origin), state / "git"), runtime=runtime,
+                     journal=Journal(state / "journal", clock), clock=clock, runtime_name="local")
+    rec.source.fetch()
+    assert rec.apply(rec.source.head()).results[APP].outcome is Outcome.SUCCESS
+    clock.sleep(10)
+    repo.write("apps/orders.yaml", spec(2))
+    repo.commit("orders at parallelism 2")
+    rec.source.fetch()
+    start = runtime.start_job
+
+    def start_then_die(app: FlinkApp, **kw: Any) -> str:
+        job = start(app, **kw)
+        runtime.kill_jobmanager(APP)
+        return job
+
+    runtime.start_job = start_then_die  # type: ignore[method-assign]
+    upgrade = rec.apply(rec.source.head()).results[APP]
+    assert upgrade.outcome is Outcome.FAILURE and upgrade.message.startswith("interrupted: wait until job"), upgrade
+    record = rec.journal.record(APP)
+    assert record is not None and record.last_action == INTERRUPTED and record.latest_savepoint is not None
+    runtime.start_job = start  # type: ignore[method-assign]
+    repaired = rec.apply(rec.source.head()).results[APP]
+    assert repaired.action.value == "repair" and repaired.outcome is Outcome.SUCCESS, repaired
+    (new_job,) = runtime.running_jobs(APP)
+    job = runtime.clusters[APP].flink.jobs_by_id[new_job]
+    assert job.restored_from == record.latest_savepoint.path and job.parallelism == 2
+
+
+def test_a_second_jobmanager_death_under_the_same_spec_is_the_specs_failure_and_never_loops(tmp_path: Path) -> None:
+    """A config that kills its JobManager after the start: interrupted once, then the usual failure path, and the
+    next passes are repairs bounded by the crash-loop guard (core.heal.repair_guard), never another interruption."""
+    repo = Repo(tmp_path)
+    repo.write("jobs/counter.jar", b"not really a jar")
+    repo.write("apps/orders.yaml", spec(1))
+    repo.commit("orders")
+    clock = FakeClock()
+    runtime = DyingJobManager(clock, savepoint_dir=str(tmp_path / "savepoints"), create_savepoint_dirs=True)
+    state = tmp_path / "state"
+    rec = Reconciler(source=GitSource(str(repo.origin), state / "git"), runtime=runtime,
+                     journal=Journal(state / "journal", clock), clock=clock, runtime_name="local")
+    rec.source.fetch()
+    assert rec.apply(rec.source.head()).results[APP].outcome is Outcome.SUCCESS
+    clock.sleep(10)
+    repo.write("apps/orders.yaml", spec(2))
+    repo.commit("orders at parallelism 2")
+    rec.source.fetch()
+    start = runtime.start_job
+
+    def start_then_die(app: FlinkApp, **kw: Any) -> str:
+        job = start(app, **kw)
+        if app.spec.job.parallelism == 2:  # only the new spec kills its JobManager
+            runtime.kill_jobmanager(APP)
+        return job
+
+    runtime.start_job = start_then_die  # type: ignore[method-assign]
+    first = rec.apply(rec.source.head()).results[APP]
+    assert first.message.startswith("interrupted: "), first
+    second = rec.apply(rec.source.head()).results[APP]
+    assert second.outcome is Outcome.FAILURE and not second.message.startswith("interrupted"), second
+    record = rec.journal.record(APP)
+    assert record is not None and record.last_action != INTERRUPTED
+    later = [rec.apply(rec.source.head()).results.get(APP) for _ in range(3)]  # repairs, bounded by the guard
+    assert not any(r and r.message.startswith("interrupted") for r in later), later
+
+
+def test_a_runtime_that_restarts_jobmanagers_itself_rolls_back_as_before(tmp_path: Path) -> None:
+    """On Kubernetes a FAILED JobManager after the start is crash-looping (its supervisor restarts a killed one):
+    the spec's failure, rolled back at once, never an interruption."""
+    repo = Repo(tmp_path)
+    repo.write("jobs/counter.jar", b"not really a jar")
+    repo.write("apps/orders.yaml", spec(1))
+    repo.commit("orders")
+    clock = FakeClock()
+    runtime = DyingJobManager(clock, savepoint_dir=str(tmp_path / "savepoints"), create_savepoint_dirs=True)
+    runtime.restarts_jobmanagers = True
+    state = tmp_path / "state"
+    rec = Reconciler(source=GitSource(str(repo.origin), state / "git"), runtime=runtime,
+                     journal=Journal(state / "journal", clock), clock=clock, runtime_name="local")
+    rec.source.fetch()
+    assert rec.apply(rec.source.head()).results[APP].outcome is Outcome.SUCCESS
+    clock.sleep(10)
+    repo.write("apps/orders.yaml", spec(2))
+    repo.commit("orders at parallelism 2")
+    rec.source.fetch()
+    start = runtime.start_job
+
+    def start_then_die(app: FlinkApp, **kw: Any) -> str:
+        job = start(app, **kw)
+        if app.spec.job.parallelism == 2:
+            runtime.kill_jobmanager(APP)
+        return job
+
+    runtime.start_job = start_then_die  # type: ignore[method-assign]
+    upgrade = rec.apply(rec.source.head()).results[APP]
+    assert upgrade.outcome is Outcome.FAILURE and not upgrade.message.startswith("interrupted"), upgrade
