@@ -7,7 +7,7 @@ scratch data, so a retry within this process and a resume after a crash are the 
 a journaled savepoint trigger is polled, never re-triggered; a job id already on the cluster is
 never submitted again.
 
-Failure path (DESIGN.md safety rules 2 and 3): a step at index <= `rollback_after` fails -> stop;
+Failure path (safety rules 2 and 3 of docs/architecture.md): a step at index <= `rollback_after` fails -> stop;
 the old job was not touched (or its stop failed, which leaves it running). A later step fails ->
 cancel the new job we submitted, run the plan's `rollback` steps once, and report FAILURE either
 way; nothing here loops and nothing here writes Git.

@@ -1,7 +1,7 @@
 """An in-memory Flink for executor tests: a faithful double of our own ports (`Runtime`, `FlinkApi`).
 
-Time-driven by the injected FakeClock, it follows the documented behaviour of Flink's REST API
-(FLINK_FACTS.md): a submitted job reports RUNNING before its tasks run; a stop-with-savepoint returns
+Time-driven by the injected FakeClock, it follows Flink's REST API as documented and as Flink 2.3 behaves:
+a submitted job reports RUNNING before its tasks run; a stop-with-savepoint returns
 a trigger id at once, its status is IN_PROGRESS and then COMPLETED with a location or a failure
 cause; a savepoint asked for before every task runs fails with "Not all required tasks are currently
 running"; stopping an unknown job is accepted and fails inside the operation; submitting a job id

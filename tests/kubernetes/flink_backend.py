@@ -1,5 +1,5 @@
 """A loopback Flink REST contract server: the REST API of one application-mode JobManager, as Flink 2.3
-answers the calls the reconciler makes (shapes from ../shared/FLINK_FACTS.md), for tests that reach it
+answers the calls the reconciler makes (shapes as a real Flink 2.3 gives them), for tests that reach it
 through the stand-in API server's service proxy.
 
 It models one JobManager *process*: `start_jobmanager(job_id, restore_path=...)` is what the container

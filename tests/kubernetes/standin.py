@@ -3,7 +3,7 @@ real API server for every call the kubernetes runtime makes.
 
 kmock gives us the HTTP server, URL parsing into (group, version, plural, namespace, name, subresource),
 API discovery and Status-shaped errors. Its emulator stores objects as plain merged dicts, so this
-subclass takes over the object requests and adds what our code relies on (see ../shared/K8S_TESTING.md):
+subclass takes over the object requests and adds what our code relies on (per the API conventions):
 
 - label selectors on list and watch (``=``, ``==``, ``!=``, ``in``, ``notin``, ``key``, ``!key``), field
   selectors ``metadata.name`` / ``metadata.namespace``; watch as a stream of JSON lines (changes found by
