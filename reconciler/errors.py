@@ -104,7 +104,7 @@ class PermanentStepError(StepError):
 
 
 class JobManagerGoneError(PermanentStepError):
-    """The JobManager of a job to stop is dead (no HA): the job is gone with it, and no savepoint will come."""
+    """The app's JobManager is dead (no HA, nothing restarts it): its jobs are gone with it; no savepoint will come."""
 
 
 class DeadlineExceededError(PermanentStepError):

@@ -303,9 +303,11 @@ class Executor:
                 self._run_stage(run, Stage.FORWARD, plan.steps, self._next_index(inf))
             except _StageFailedError as f:
                 no_rollback = plan.rollback_after is None or f.index <= plan.rollback_after or not plan.rollback
-                if isinstance(f.step, StopWithSavepoint) and isinstance(f.__cause__, JobManagerGoneError):
-                    return self._interrupted(run, f)
-                if self._jobmanager_died(run, f.step):
+                # A dead JobManager (no HA, nothing restarts it) is a fault, not the spec's failure: interrupted, and
+                # the next pass restarts from the newest state. After the stop, once per spec (a second death under
+                # it is the spec's own doing: the usual failure path, then the crash-loop guard).
+                if isinstance(f.__cause__, JobManagerGoneError) and (
+                        isinstance(f.step, StopWithSavepoint) or not self.journal.interrupted_before(app)):
                     return self._interrupted(run, f)
                 if isinstance(f.step, StopWithSavepoint) and self._stop_outcome_unknown(run, f.step):
                     return self._park(run, f)
@@ -555,6 +557,8 @@ class Executor:
                 raise
             except ReconcilerError as e:  # provisioning, spec, ... : retrying will not help
                 raise PermanentStepError(str(e)) from e
+            if not rollback:
+                self._fail_fast_if_jobmanager_died(run, step)
             delay = self.backoff.delay(attempt)
             attempt += 1
             if self.clock.monotonic() + delay >= deadline:
@@ -744,10 +748,11 @@ class Executor:
             self._wait(deadline, f"savepoint {trigger} of job {step.job_id}", interval=self.poll_interval / 4)
 
     def _jobmanager_alive(self, run: _Run) -> None:
-        """Raise JobManagerGoneError when the JobManager of the job to stop is dead and the app has no HA (kill -9
-        mid-upgrade): its job is gone with it, so waiting for a savepoint until the step's deadline, then parking
-        and waiting again, would keep the app down for good. The job's state is in its retained checkpoints."""
-        if run.plan.previous is None or self._spec(run, SpecRef.PREVIOUS).spec.high_availability.enabled:
+        """Raise JobManagerGoneError when the app's JobManager is dead and the app has no HA (kill -9 mid-upgrade):
+        its jobs are gone with it, so waiting for a savepoint or a job until the step's deadline, then parking or
+        rolling back onto that cluster, would keep the app down. The job's state is in its retained checkpoints."""
+        refs = [r for r, raw in ((SpecRef.PREVIOUS, run.plan.previous), (SpecRef.DESIRED, run.plan.desired)) if raw]
+        if run.plan.previous is None or any(self._spec(run, r).spec.high_availability.enabled for r in refs):
             return
         try:
             info = self.runtime.observe(run.app)
@@ -755,23 +760,17 @@ class Executor:
             return
         if info.phase is ClusterPhase.FAILED and not info.session:
             raise JobManagerGoneError(f"the JobManager is not running ({info.message or 'dead'}); without high "
-                                      "availability its job is gone with it, and no savepoint can be taken")
+                                      "availability its jobs are gone with it")
 
-    def _jobmanager_died(self, run: _Run, step: Step) -> bool:
-        """A forward step failed while the app's JobManager is dead (no HA; kill -9 after the stop): a fault, not the
-        spec's failure. Neither a rollback onto the dead cluster nor "this spec already failed" helps; the execution
-        is interrupted and the next pass starts the new spec from the savepoint the stop took (or the newest
-        checkpoint). Not where the death is the spec's own doing: a step starting the cluster, a runtime whose
-        supervisor restarts JobManagers (a FAILED one there is crash-looping), or a second death under this spec."""
-        if self.runtime.restarts_jobmanagers or isinstance(step, EnsureCluster | StartStandbyCluster):
-            return False
-        if self.journal.interrupted_before(run.app):
-            return False
-        try:
-            self._jobmanager_alive(run)
-        except JobManagerGoneError:
-            return True
-        return False
+    def _fail_fast_if_jobmanager_died(self, run: _Run, step: Step) -> None:
+        """After a failed attempt of a forward step: a dead JobManager that nothing restarts (local processes) will
+        not answer before the deadline either, so the step ends now (JobManagerGoneError), not minutes later with
+        the app down meanwhile. Not a cluster being started (the spec's own doing); the stop probes on its own. On
+        Kubernetes a FAILED JobManager is crash-looping on the new spec: the usual failure path."""
+        if self.runtime.restarts_jobmanagers or isinstance(step, EnsureCluster | StartStandbyCluster |
+                                                           StopWithSavepoint):
+            return
+        self._jobmanager_alive(run)
 
     def _restart_missing(self, run: _Run) -> None:
         """A savepoint refused because the job's tasks are not running may be waiting for a TaskManager that died

@@ -169,8 +169,10 @@ def test_a_jobmanager_killed_after_the_stop_interrupts_the_upgrade_instead_of_a_
         return job
 
     runtime.start_job = start_then_die  # type: ignore[method-assign]
+    t0 = clock.monotonic()
     upgrade = rec.apply(rec.source.head()).results[APP]
     assert upgrade.outcome is Outcome.FAILURE and upgrade.message.startswith("interrupted: wait until job"), upgrade
+    assert clock.monotonic() - t0 < 60, "the dead JobManager was seen at the first failed poll, not at the deadline"
     record = rec.journal.record(APP)
     assert record is not None and record.last_action == INTERRUPTED and record.latest_savepoint is not None
     runtime.start_job = start  # type: ignore[method-assign]

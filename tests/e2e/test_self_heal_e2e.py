@@ -21,7 +21,9 @@ from typing import Any
 
 import pytest
 
+from reconciler.apply.journal import Journal
 from reconciler.clock import SystemClock
+from reconciler.core.plan import StopWithSavepoint
 from reconciler.live.local import LocalRuntime
 from tests.e2e.test_daemon_e2e import HTTP, DaemonProc, Job, poll, running_job
 from tests.fixtures.flink import COUNTER_MAIN, read_counts, teardown_runtime
@@ -208,3 +210,43 @@ def test_a_job_that_fails_on_every_start_backs_off_then_fails_with_flinks_error(
     env.daemon.wait_passes("drift", env.daemon.passes("drift") + 3, timeout=60)
     assert len([t for t in env.transitions("loop") if t["action"] == "repair"]) == 3, "no more restarts"
     assert len(env.transitions("loop")) == n, "the repeated crash-loop answer adds no history line"
+
+
+def test_a_jobmanager_killed_after_the_upgrades_stop_ends_in_the_new_spec_from_the_stops_savepoint(env: Env) -> None:
+    """kill -9 of the JobManager once the upgrade's stop-with-savepoint is done (the new job being started): not a
+    rollback onto the dead cluster, not "this spec already failed" until a push. The execution is interrupted and
+    the next pass runs the new spec from the savepoint the stop took."""
+    job, before = env.wait_counting("heal", {})
+    journal = Journal(env.state_dir / "journal", SystemClock())
+    env.repo.write("apps/heal.yaml", spec("heal", extra_args=', "--work-us", "1"'))
+    env.repo.commit("heal: 1 us of work per record")
+
+    def past_the_stop() -> int | None:
+        f = journal.inflight("heal")
+        if f is None or f.plan.action.value != "upgrade":
+            return None
+        stops = [i for i, s in enumerate(f.plan.steps) if isinstance(s, StopWithSavepoint)]
+        done = f.step_index > stops[0] if stops else False
+        return f.step_index if done and f.captured_path else None
+
+    poll(past_the_stop, timeout=120, interval=0.05, what="the upgrade past its stop-with-savepoint",
+         alive=env.daemon.died)
+    rec = env.runtime.read_record("heal")
+    assert rec is not None
+    _kill(rec.jobmanager.pid)
+
+    def upgraded() -> Job | None:
+        j = env.job("heal")
+        r = journal.record("heal")
+        ok = r is not None and r.last_applied_spec is not None and "--work-us" in json.dumps(r.last_applied_spec)
+        return j if j and ok and journal.inflight("heal") is None and j.job_id != job.job_id else None
+
+    job2 = poll(upgraded, timeout=300, interval=1, what="the new spec applied and running", alive=env.daemon.died)
+    history = env.transitions("heal")
+    assert any(t["message"].startswith("interrupted: ") for t in history), history
+    assert not any("rolled back" in t["message"] or "already failed" in t["message"] for t in history[-4:]), history
+    lineage = [e for e in env.cli("history", "heal")["lineage"] if job2.job_id in (e.get("job_id"),
+                                                                                    e.get("submitted_job_id"))]
+    assert lineage and "savepoint-" in (lineage[-1]["restored_from"] or ""), lineage
+    env.wait_counting("heal", before)  # counts go on from the savepoint, never reset
+    assert len([j for j in env.jobs("heal") if j["state"] == "RUNNING"]) == 1
