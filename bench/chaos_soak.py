@@ -11,7 +11,8 @@ draws from a `random.Random(seed)`:
 - at most one fault, of the kinds selected with `--faults`:
     daemon  kill -9 or SIGTERM of the daemon, mid-transition when the round has a change (as soon as an
             app's record shows an execution in flight, after a random delay), then a restart;
-    tm, jm  kill -9 of a TaskManager or the JobManager JVM of a random app (PIDs from cluster.json);
+    tm, jm  kill -9 of a TaskManager or the JobManager JVM (PIDs from cluster.json): of a random app, or, half
+            the time in a round with a change, of the changed app once its upgrade is past the stop;
     git     the bare origin renamed away for a few seconds right after the push;
     rest    Flink REST faults (503/500, connection resets, a lost answer, truncated JSON, an 11 s stall) on
             the requests of one app: a fault proxy (tests/faults/proxy.py) in front of its JobManager,
@@ -589,9 +590,25 @@ class Soak:
         self.start_daemon()
         return {"kind": "daemon", "signal": sig.name, "in_flight": inflight or None, "exit": rc, "note": note}
 
-    def fault_jvm(self, role: str) -> dict[str, Any]:
-        """kill -9 the JobManager or one TaskManager of a random app (only PIDs carrying its cluster marker)."""
+    def fault_jvm(self, role: str, *, changed: str | None = None) -> dict[str, Any]:
+        """kill -9 the JobManager or one TaskManager of a random app (only PIDs carrying its cluster marker). With
+        `changed` (the app of the round's push), half the time that app's, mid-transition: once its execution is
+        past the stop-with-savepoint (the old job stopped, the new one being started), the window where a dead
+        JobManager has no job left to recover."""
         app = self.rng.choice(sorted(self.specs))
+        when = "at random"
+        if changed is not None and self.rng.random() < 0.5:
+            app, when = changed, "before the stop"
+            end = time.monotonic() + 30
+            while time.monotonic() < end:
+                self.journal.refresh()
+                f = self.journal.inflight(app)
+                if f is not None and f.captured_path:
+                    when = f"after the stop ({f.stage} step {f.step_index} {f.phase})"
+                    break
+                time.sleep(0.05)
+        else:
+            time.sleep(self.rng.uniform(0.0, 5.0))
         _, doc = self.rest_url(app)
         if doc is None:
             return {"kind": role, "app": app, "skipped": "no cluster.json"}
@@ -603,7 +620,7 @@ class Soak:
         p = self.rng.choice(procs)
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(p["pid"]), signal.SIGKILL)
-        return {"kind": role, "app": app, "pid": int(p["pid"]), "process": f"{p['role']}-{p['index']}"}
+        return {"kind": role, "app": app, "pid": int(p["pid"]), "process": f"{p['role']}-{p['index']}", "when": when}
 
     def fault_git(self) -> dict[str, Any]:
         """The bare origin is renamed away for a few seconds (fetches and notes pushes fail meanwhile)."""
@@ -699,8 +716,7 @@ class Soak:
         if fault == "daemon":
             faults.append(self.fault_daemon(with_change=pushed is not None))
         elif fault in ("tm", "jm"):
-            time.sleep(self.rng.uniform(0.0, 5.0))
-            faults.append(self.fault_jvm(fault))
+            faults.append(self.fault_jvm(fault, changed=change.name if change is not None else None))
         elif fault == "git":
             faults.append(self.fault_git())
         log(f"round {index}: change {pushed}, faults {faults}")
@@ -761,6 +777,8 @@ class Soak:
             "converged": sum(1 for r in self.rounds if r.converged),
             "not_converged": [r.index for r in self.rounds if not r.converged],
             "changes": dict(changes), "faults": dict(faults),
+            "mid_transition": sum(1 for r in self.rounds for f in r.faults
+                                  if str(f.get("when", "")).startswith("after")),
             "skipped_faults": [f for r in self.rounds for f in r.faults if "skipped" in f],
             "converge_s": {"median": round(statistics.median(times), 2), "max": max(times),
                            "min": min(times)} if times else None,
@@ -872,6 +890,7 @@ def report(fig: dict[str, Any]) -> str:
         faults = "; ".join(
             f["kind"] + ("" if "skipped" not in f else f" (skipped: {f['skipped']})")
             + (f" {f['signal']}" if "signal" in f else "") + (f" {f['app']}/{f['process']}" if "process" in f else "")
+            + (" after the stop" if str(f.get("when", "")).startswith("after") else "")
             + (f" {f['app']}: {len(f['injected'])} fault(s) hit" if "injected" in f else "")
             + (f" {f['unreachable_s']} s" if "unreachable_s" in f else "")
             for f in r["faults"]) or "no fault"
@@ -885,7 +904,8 @@ def report(fig: dict[str, Any]) -> str:
         + (f"; not converged: {fig['not_converged']}" if fig["not_converged"] else "") + ")",
         f"changes: {fig['changes'] or '-'}",
         f"faults: {fig['faults'] or '-'}"
-        + (f" (+{len(fig['skipped_faults'])} skipped)" if fig["skipped_faults"] else ""),
+        + (f" (+{len(fig['skipped_faults'])} skipped)" if fig["skipped_faults"] else "")
+        + (f"; {fig['mid_transition']} JVM kill(s) after an upgrade's stop" if fig.get("mid_transition") else ""),
         "converge time: " + (f"median {cs['median']} s, max {cs['max']} s, min {cs['min']} s" if cs else "-"),
         f"new jobs restored from: {fig['restored_jobs'] or '-'} (none started from empty state unless listed below)",
         f"count replays (restores from a checkpoint): {fig['replays']}",
