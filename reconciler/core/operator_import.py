@@ -1,4 +1,6 @@
 """The FlinkDeployment -> FlinkApp mapping of `flink-reconciler import` (pure: documents in, documents out).
+Session mode (a FlinkDeployment without spec.job, a FlinkSessionJob) builds on it in `operator_import_session`;
+`operator_documents` says which document becomes what.
 
 Input: parsed YAML documents as the Apache Flink Kubernetes Operator's users keep them (`flink.apache.org/v1beta1`
 FlinkDeployment, plus whatever else shares the file, `kind: List` included). Output per document: a FlinkApp
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -148,7 +150,7 @@ OPERATOR_CONF_DEFAULTS: dict[str, str] = {
 }
 LAST_STATE_CHECKPOINT_INTERVAL = "5 min"  # the operator's default interval for last-state (FlinkConfigBuilder)
 
-_KNOWN_SPEC = {"image", "imagePullPolicy", "serviceAccount", "flinkVersion", "ingress", "podTemplate", "jobManager",
+KNOWN_SPEC = {"image", "imagePullPolicy", "serviceAccount", "flinkVersion", "ingress", "podTemplate", "jobManager",
                "taskManager", "job", "restartNonce", "flinkConfiguration", "logConfiguration", "mode"}
 _KNOWN_JOB = {"jarURI", "parallelism", "entryClass", "args", "state", "savepointTriggerNonce",
               "initialSavepointPath", "checkpointTriggerNonce", "upgradeMode", "allowNonRestoredState",
@@ -197,88 +199,6 @@ class UnimportableError(Exception):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
-
-
-def expand_lists(docs: Iterable[Any]) -> list[Any]:
-    """`kind: List` (as `kubectl get -o yaml` prints) becomes its items, in order; empty documents are dropped."""
-    out: list[Any] = []
-    for doc in docs:
-        if doc is None:
-            continue
-        if isinstance(doc, Mapping) and doc.get("kind") == "List" and isinstance(doc.get("items"), list):
-            out += [item for item in doc["items"] if item is not None]
-        else:
-            out.append(doc)
-    return out
-
-
-def import_documents(docs: Iterable[Any]) -> list[Imported]:
-    """Every document of the input, converted or reported; never an exception for bad input."""
-    return import_groups([docs])[0]
-
-
-def import_groups(groups: Iterable[Iterable[Any]]) -> list[list[Imported]]:
-    """`import_documents` of several inputs (files) read together: a FlinkSessionJob takes the operator options
-    of its session FlinkDeployment and is checked against it wherever of the inputs that is
-    (core.operator_import_session). Documents are numbered per input."""
-    from reconciler.core import operator_import_session as session  # builds on this module's converter
-
-    items = [expand_lists(g) for g in groups]
-    clusters = session.session_deployments([doc for g in items for doc in g])
-    linked = session.link([import_document(doc, i, session_clusters=clusters) for g in items
-                           for i, doc in enumerate(g)], clusters)
-    out: list[list[Imported]] = []
-    for g in items:
-        out.append(linked[:len(g)])
-        linked = linked[len(g):]
-    return out
-
-
-def import_document(doc: Any, index: int = 0, *,
-                    session_clusters: Mapping[tuple[str, str], Mapping[str, Any]] | None = None) -> Imported:
-    """One document. `session_clusters`: the session FlinkDeployments of the same input by (namespace, name),
-    whose operator options a FlinkSessionJob on them inherits (as the operator merges them)."""
-    if not isinstance(doc, Mapping):
-        return Imported(index, "?", None, None, findings=(
-            Finding("", f"document {index + 1} is a {type(doc).__name__}, not a Kubernetes object", True),))
-    kind = str(doc.get("kind") or "?")
-    api = str(doc.get("apiVersion") or "")
-    meta = doc.get("metadata")
-    name = str(meta.get("name")) if isinstance(meta, Mapping) and meta.get("name") is not None else None
-    if not api.startswith(OPERATOR_GROUP + "/"):
-        return Imported(index, kind, name, None, findings=(Finding(
-            "apiVersion", f"{api or 'no apiVersion'} {kind} is not a Flink Kubernetes Operator resource: "
-            "not imported (keep it, or manage it apart from flink-reconciler)", True),))
-    if kind not in (FLINK_DEPLOYMENT, FLINK_SESSION_JOB):
-        return Imported(index, kind, name, None, findings=(Finding("kind", _other_kind(kind), True),))
-    if api != f"{OPERATOR_GROUP}/v1beta1":
-        return Imported(index, kind, name, None, findings=(Finding(
-            "apiVersion", f"{api} is not a version this import reads (flink.apache.org/v1beta1)", True),))
-    from reconciler.core import operator_import_session as session
-
-    conv: _Converter
-    spec = doc.get("spec")
-    if kind == FLINK_SESSION_JOB:
-        conv = session.SessionJobConverter(doc, session_clusters or {})
-    elif isinstance(spec, Mapping) and "job" not in spec:
-        conv = session.SessionClusterConverter(doc)
-    else:
-        conv = _Converter(doc)
-    try:
-        app = conv.run()
-    except UnimportableError as e:
-        return Imported(index, kind, name, None, findings=(Finding(e.field, e.message, True),))
-    return Imported(index, kind, name, app, dict(conv.origins), tuple(conv.findings))
-
-
-def _other_kind(kind: str) -> str:
-    if kind == "FlinkStateSnapshot":
-        return ("a FlinkStateSnapshot is a savepoint or checkpoint record, not an app: not imported (start an "
-                "imported app from its path with spec.job.initialSavepointPath)")
-    if kind == "FlinkBlueGreenDeployment":
-        return ("blue/green deployments have no FlinkApp equivalent (the reconciler's warm standby moves a job "
-                "to a new cluster instead): not imported")
-    return f"{kind} has no FlinkApp equivalent: not imported"
 
 
 def flatten_configuration(conf: Any, where: str = "spec.flinkConfiguration") -> dict[str, tuple[str, str]]:
@@ -378,7 +298,7 @@ def flink_version(value: Any) -> tuple[str, tuple[int, int]] | None:
     return f"{major}.{minor}", (major, minor)
 
 
-class _Converter:
+class Converter:
     """One FlinkDeployment; collects origins and findings while building the FlinkApp dict."""
 
     NATIVE_MODE = ("native mode: flink-reconciler runs Flink in standalone application mode with a TaskManager "
@@ -403,7 +323,7 @@ class _Converter:
 
     def run(self) -> dict[str, Any]:
         self._metadata()
-        spec = self._spec(_KNOWN_SPEC)
+        spec = self._spec(KNOWN_SPEC)
         job = spec.get("job")
         if not isinstance(job, Mapping):
             raise UnimportableError("spec.job", f"expected a map, got {type(job).__name__}")
@@ -562,7 +482,7 @@ class _Converter:
                 if replicas is None and conf_rep is not None:
                     replicas = conf_rep[0]
                 if replicas is not None:
-                    self.put(("spec", "jobManager", "replicas"), _int(replicas, f"{where}.replicas"),
+                    self.put(("spec", "jobManager", "replicas"), as_int(replicas, f"{where}.replicas"),
                              f"{where}.replicas")
 
     def _resources(self, node: Mapping[str, Any], where: str) -> tuple[tuple[int, str] | None,
@@ -623,14 +543,14 @@ class _Converter:
         p_src = "spec.job.parallelism"
         if parallelism is None and "parallelism.default" in conf:
             parallelism, p_src = conf["parallelism.default"]
-        p = _int(parallelism, p_src) if parallelism is not None else 1
+        p = as_int(parallelism, p_src) if parallelism is not None else 1
         if p < 1:
             raise UnimportableError(p_src, f"parallelism {p} must be at least 1")
         conf.pop("parallelism.default", None)  # the renderer writes it from job.parallelism
         tm = spec.get("taskManager")
         tm_replicas = tm.get("replicas") if isinstance(tm, Mapping) else None
         if tm_replicas is not None:
-            replicas = _int(tm_replicas, "spec.taskManager.replicas")
+            replicas = as_int(tm_replicas, "spec.taskManager.replicas")
             effective = replicas * slots
             if parallelism is not None and p != effective:
                 self.note(p_src, f"{p} is ignored by the operator when taskManager.replicas is set: the job runs "
@@ -730,7 +650,7 @@ class _Converter:
                 path, _what = _OPERATOR_MAPPED[key]
                 target: Any = value
                 if path[-1] == "retain":
-                    target = _int(value, src)
+                    target = as_int(value, src)
                 elif path[-1] in ("maxAge", "maxCheckpointAge", "start"):
                     target = _flink_duration(value, src)
                 self.put(path, target, src)
@@ -814,7 +734,7 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def _int(value: Any, src: str) -> int:
+def as_int(value: Any, src: str) -> int:
     if isinstance(value, bool):
         raise UnimportableError(src, f"{value!r} is not a whole number")
     try:

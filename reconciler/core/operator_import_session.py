@@ -24,14 +24,14 @@ from dataclasses import replace
 from typing import Any
 
 from reconciler.core.operator_import import (
-    _KNOWN_SPEC,
     FLINK_DEPLOYMENT,
+    KNOWN_SPEC,
     OPERATOR_GROUP,
+    Converter,
     Finding,
     Imported,
     UnimportableError,
-    _Converter,
-    _int,
+    as_int,
     flatten_configuration,
 )
 from reconciler.spec.model import KIND, valid_name
@@ -70,7 +70,7 @@ def session_deployments(docs: list[Any]) -> dict[Key, Mapping[str, Any]]:
     return out
 
 
-class SessionClusterConverter(_Converter):
+class SessionClusterConverter(Converter):
     """A session-mode FlinkDeployment -> a FlinkSessionCluster."""
 
     NATIVE_MODE = ("native mode: the operator's Flink starts TaskManagers as jobs need slots; the "
@@ -82,7 +82,7 @@ class SessionClusterConverter(_Converter):
 
     def run(self) -> dict[str, Any]:
         self._metadata()
-        spec = self._spec(_KNOWN_SPEC - {"job"})
+        spec = self._spec(KNOWN_SPEC - {"job"})
         version = self._version(spec)
         conf = self._configuration(spec, version)
         self._image(spec)
@@ -107,7 +107,7 @@ class SessionClusterConverter(_Converter):
         replicas = tm.get("replicas") if isinstance(tm, Mapping) else None
         if spec.get("mode") == "standalone":
             if replicas is not None:
-                self.put(("spec", "taskManager", "replicas"), _int(replicas, "spec.taskManager.replicas"),
+                self.put(("spec", "taskManager", "replicas"), as_int(replicas, "spec.taskManager.replicas"),
                          "spec.taskManager.replicas")
             else:
                 self.put(("spec", "taskManager", "replicas"), 1, "operator default for a standalone session "
@@ -121,7 +121,7 @@ class SessionClusterConverter(_Converter):
                  "native mode: the operator's Flink starts TaskManagers as jobs need slots")
         most = conf.get(MAX_SLOTS_KEY)
         if most is not None:
-            self.put(("spec", "capacity", "maxTaskManagers"), max(1, _int(most[0], most[1]) // slots),
+            self.put(("spec", "capacity", "maxTaskManagers"), max(1, as_int(most[0], most[1]) // slots),
                      f"{most[1]} / {slots} slots")
         else:
             self.put(("spec", "capacity", "maxTaskManagers"), 1, _NO_JOBS_CEILING)
@@ -134,7 +134,7 @@ class SessionClusterConverter(_Converter):
                       "(see their findings)", False)
 
 
-class SessionJobConverter(_Converter):
+class SessionJobConverter(Converter):
     """A FlinkSessionJob -> a FlinkApp on the FlinkSessionCluster its deploymentName names."""
 
     def __init__(self, doc: Mapping[str, Any], clusters: Mapping[Key, Mapping[str, Any]]) -> None:
@@ -170,7 +170,7 @@ class SessionJobConverter(_Converter):
         p_src = "spec.job.parallelism"
         if parallelism is None and "parallelism.default" in conf:
             parallelism, p_src = conf["parallelism.default"]
-        p = _int(parallelism, p_src) if parallelism is not None else 1
+        p = as_int(parallelism, p_src) if parallelism is not None else 1
         if p < 1:
             raise UnimportableError(p_src, f"parallelism {p} must be at least 1")
         conf.pop("parallelism.default", None)

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.core.operator_import import Imported, import_documents, import_groups
+from reconciler.core.operator_documents import import_documents, import_groups
+from reconciler.core.operator_import import Imported
 from reconciler.spec.model import FlinkApp
 from reconciler.spec.session import FlinkSessionCluster
 
