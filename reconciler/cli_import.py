@@ -1,9 +1,10 @@
-"""`flink-reconciler import`: the file side of the FlinkDeployment -> FlinkApp mapping.
+"""`flink-reconciler import`: the file side of the operator -> FlinkApp / FlinkSessionCluster mapping.
 
 Reads YAML (a file, a directory of *.yaml/*.yml, or stdin), hands the documents to the pure mapping in
-`reconciler.core.operator_import`, checks each result as `validate --runtime kubernetes` would, and writes
-FlinkApp files whose comments say where each value came from. Exit 0: every document became an app that runs
-the same; 1: something was not imported, would run differently, or does not validate (all listed).
+`reconciler.core.operator_documents`, checks each result as `validate --runtime kubernetes` would (a session app on
+the session cluster imported with it), and writes spec files whose comments say where each value came from.
+Exit 0: every document became an app that runs the same; 1: something was not imported, would run differently,
+or does not validate (all listed).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from reconciler.core.operator_import import Finding, Imported, import_documents
+from reconciler.core.operator_documents import import_groups
+from reconciler.core.operator_import import Finding, Imported
 from reconciler.errors import ConfigError, SpecError, SpecLimitError
-from reconciler.spec.model import FlinkApp
+from reconciler.spec.model import KIND, FlinkApp
+from reconciler.spec.session import SESSION_KIND, FlinkSessionCluster, capacity_problem, effective_app, fit_replicas
 
 MAX_BYTES = 10 * 1024 * 1024
 MAX_NODES = 100_000  # after alias expansion: stops a "billion laughs" document
@@ -30,10 +33,11 @@ MAX_DEPTH = 64
 
 # The order a person reads a FlinkApp in (the model's field order).
 _ORDER = ["apiVersion", "kind", "metadata", "spec", "name", "namespace", "labels", "annotations", "flinkVersion",
-          "image", "runtime", "jobManager", "taskManager", "flinkConfiguration", "podTemplate", "highAvailability",
-          "job", "jarURI", "entryClass", "args", "parallelism", "upgradeMode", "state", "allowNonRestoredState",
-          "initialSavepointPath", "restartNonce", "savepointRedeployNonce", "maxCheckpointAge", "resources",
-          "replicas", "slots", "cpu", "memory", "enabled", "storageDir", "savepoints", "deadlines"]
+          "image", "runtime", "sessionCluster", "jobManager", "taskManager", "flinkConfiguration", "podTemplate",
+          "highAvailability", "capacity", "addTaskManagers", "maxTaskManagers", "job", "jarURI", "entryClass", "args",
+          "parallelism", "upgradeMode", "state", "allowNonRestoredState", "initialSavepointPath", "restartNonce",
+          "savepointRedeployNonce", "maxCheckpointAge", "resources", "replicas", "slots", "cpu", "memory", "enabled",
+          "storageDir", "savepoints", "deadlines"]
 
 
 @dataclass(frozen=True)
@@ -112,20 +116,57 @@ class Outcome:
 
 
 def check(imp: Imported) -> Imported:
-    """The pure result plus what `validate --runtime kubernetes` says of it, as findings."""
+    """The pure result plus what `validate --runtime kubernetes` says of it, as findings. A session app is checked
+    on its session cluster by `check_sessions`."""
     if imp.app is None:
         return imp
     from reconciler.live.k8s_render import kubernetes_problems
 
+    model: type[FlinkApp] | type[FlinkSessionCluster] = FlinkSessionCluster if imp.out_kind == SESSION_KIND \
+        else FlinkApp
     try:
-        app = FlinkApp.model_validate(imp.app)
+        app = model.model_validate(imp.app)
     except ValidationError as e:
         found = [Finding(".".join(str(x) for x in err["loc"]) or "(document)",
-                         f"the imported FlinkApp is invalid: {err['msg']}", True) for err in e.errors()]
+                         f"the imported {imp.out_kind} is invalid: {err['msg']}", True) for err in e.errors()]
         return replace(imp, app=None, findings=(*imp.findings, *found))
+    if not isinstance(app, FlinkApp) or app.spec.session_cluster is not None:
+        return imp
     problems = [Finding(p.field, f"not runnable on Kubernetes as imported: {p.message}", True)
                 for p in kubernetes_problems(app)]
     return replace(imp, findings=(*imp.findings, *problems))
+
+
+def check_sessions(imps: list[Imported]) -> list[Imported]:
+    """Each session app as `validate --runtime kubernetes` sees it: its job on the session cluster imported with
+    it (its effective app), and every running job on that cluster within its task slots. An app whose cluster is
+    not imported with it is left as it is (the mapping says so)."""
+    from reconciler.live.k8s_render import kubernetes_problems
+
+    clusters = {(c.metadata.namespace, c.name): c for c in
+                (FlinkSessionCluster.model_validate(i.app) for i in imps
+                 if i.app is not None and i.out_kind == SESSION_KIND)}
+    apps = {n: FlinkApp.model_validate(i.app) for n, i in enumerate(imps) if i.app is not None and i.out_kind == KIND}
+    members: dict[tuple[str, str], list[FlinkApp]] = {}
+    for app in apps.values():
+        if app.spec.session_cluster is not None:
+            members.setdefault((app.metadata.namespace, app.spec.session_cluster), []).append(app)
+    out = []
+    for n, imp in enumerate(imps):
+        member = apps.get(n)
+        key = (member.metadata.namespace, member.spec.session_cluster or "") if member is not None else None
+        if member is None or key not in clusters:
+            out.append(imp)
+            continue
+        cluster = clusters[key]
+        on = members[key]
+        problems = [Finding(p.field, f"not runnable on Kubernetes as imported: {p.message}", True)
+                    for p in kubernetes_problems(effective_app(member, cluster, fit_replicas(cluster, on)))]
+        capacity = capacity_problem(cluster, on)
+        if capacity is not None:
+            problems.append(Finding("spec.job.parallelism", capacity, True))
+        out.append(replace(imp, findings=(*imp.findings, *problems)))
+    return out
 
 
 def to_yaml(imp: Imported, source: str) -> str:
@@ -133,8 +174,8 @@ def to_yaml(imp: Imported, source: str) -> str:
     assert imp.app is not None
     doc = _commented(imp.app, (), imp)
     ns = imp.app["metadata"].get("namespace", "default")
-    lines = [f"Imported by `flink-reconciler import` from FlinkDeployment {ns}/{imp.name} ({source}).",
-             "Comments name the FlinkDeployment field each value came from."]
+    lines = [f"Imported by `flink-reconciler import` from {imp.kind} {ns}/{imp.name} ({source}).",
+             f"Comments name the {imp.kind} field each value came from."]
     if imp.findings:
         lines.append("Not imported as it was (! = would not run the same; fix before applying):")
         lines += [f"  {'!' if f.changes_behaviour else '-'} {f.field}: {f.message}" for f in imp.findings]
@@ -165,15 +206,17 @@ def _commented(value: Any, path: tuple[str, ...], imp: Imported) -> Any:
 
 def run(target: str, out: Path | None, *, force: bool, output: str, stdin: TextIO, stdout: TextIO,
         stderr: TextIO) -> int:
-    outcomes: list[Outcome] = []
     errors: list[SpecError] = []
+    parsed: list[tuple[str, list[Any]]] = []
     for src in read_sources(target, stdin):
         try:
-            docs = parse(src)
+            parsed.append((src.name, parse(src)))
         except SpecError as e:
             errors.append(e)
-            continue
-        outcomes += [Outcome(src.name, check(imp)) for imp in import_documents(docs)]
+    groups = import_groups(docs for _, docs in parsed)
+    names = [name for (name, _), group in zip(parsed, groups, strict=True) for _ in group]
+    checked = check_sessions([check(imp) for group in groups for imp in group])
+    outcomes = [Outcome(name, imp) for name, imp in zip(names, checked, strict=True)]
     written = _write(outcomes, out, force=force, stdout=stdout)
     report = stdout if out is not None else stderr
     if output == "json":

@@ -1,4 +1,6 @@
 """The FlinkDeployment -> FlinkApp mapping of `flink-reconciler import` (pure: documents in, documents out).
+Session mode (a FlinkDeployment without spec.job, a FlinkSessionJob) builds on it in `operator_import_session`;
+`operator_documents` says which document becomes what.
 
 Input: parsed YAML documents as the Apache Flink Kubernetes Operator's users keep them (`flink.apache.org/v1beta1`
 FlinkDeployment, plus whatever else shares the file, `kind: List` included). Output per document: a FlinkApp
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -27,6 +29,7 @@ from reconciler.spec.model import API_VERSION, KIND, MAX_NAME_LENGTH, NAME_RE
 
 OPERATOR_GROUP = "flink.apache.org"
 FLINK_DEPLOYMENT = "FlinkDeployment"
+FLINK_SESSION_JOB = "FlinkSessionJob"
 MAIN_CONTAINER = "flink-main-container"
 MIB = 1 << 20
 
@@ -147,7 +150,7 @@ OPERATOR_CONF_DEFAULTS: dict[str, str] = {
 }
 LAST_STATE_CHECKPOINT_INTERVAL = "5 min"  # the operator's default interval for last-state (FlinkConfigBuilder)
 
-_KNOWN_SPEC = {"image", "imagePullPolicy", "serviceAccount", "flinkVersion", "ingress", "podTemplate", "jobManager",
+KNOWN_SPEC = {"image", "imagePullPolicy", "serviceAccount", "flinkVersion", "ingress", "podTemplate", "jobManager",
                "taskManager", "job", "restartNonce", "flinkConfiguration", "logConfiguration", "mode"}
 _KNOWN_JOB = {"jarURI", "parallelism", "entryClass", "args", "state", "savepointTriggerNonce",
               "initialSavepointPath", "checkpointTriggerNonce", "upgradeMode", "allowNonRestoredState",
@@ -180,6 +183,11 @@ class Imported:
     findings: tuple[Finding, ...] = ()
 
     @property
+    def out_kind(self) -> str | None:
+        """FlinkApp or FlinkSessionCluster (None: nothing imported)."""
+        return str(self.app["kind"]) if self.app is not None else None
+
+    @property
     def changes_behaviour(self) -> bool:
         return self.app is None or any(f.changes_behaviour for f in self.findings)
 
@@ -191,62 +199,6 @@ class UnimportableError(Exception):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
-
-
-def expand_lists(docs: Iterable[Any]) -> list[Any]:
-    """`kind: List` (as `kubectl get -o yaml` prints) becomes its items, in order; empty documents are dropped."""
-    out: list[Any] = []
-    for doc in docs:
-        if doc is None:
-            continue
-        if isinstance(doc, Mapping) and doc.get("kind") == "List" and isinstance(doc.get("items"), list):
-            out += [item for item in doc["items"] if item is not None]
-        else:
-            out.append(doc)
-    return out
-
-
-def import_documents(docs: Iterable[Any]) -> list[Imported]:
-    """Every document of the input, converted or reported; never an exception for bad input."""
-    return [import_document(doc, i) for i, doc in enumerate(expand_lists(docs))]
-
-
-def import_document(doc: Any, index: int = 0) -> Imported:
-    if not isinstance(doc, Mapping):
-        return Imported(index, "?", None, None, findings=(
-            Finding("", f"document {index + 1} is a {type(doc).__name__}, not a Kubernetes object", True),))
-    kind = str(doc.get("kind") or "?")
-    api = str(doc.get("apiVersion") or "")
-    meta = doc.get("metadata")
-    name = str(meta.get("name")) if isinstance(meta, Mapping) and meta.get("name") is not None else None
-    if not api.startswith(OPERATOR_GROUP + "/"):
-        return Imported(index, kind, name, None, findings=(Finding(
-            "apiVersion", f"{api or 'no apiVersion'} {kind} is not a Flink Kubernetes Operator resource: "
-            "not imported (keep it, or manage it apart from flink-reconciler)", True),))
-    if kind != FLINK_DEPLOYMENT:
-        return Imported(index, kind, name, None, findings=(Finding("kind", _other_kind(kind), True),))
-    if api != f"{OPERATOR_GROUP}/v1beta1":
-        return Imported(index, kind, name, None, findings=(Finding(
-            "apiVersion", f"{api} is not a version this import reads (flink.apache.org/v1beta1)", True),))
-    try:
-        conv = _Converter(doc)
-        app = conv.run()
-    except UnimportableError as e:
-        return Imported(index, kind, name, None, findings=(Finding(e.field, e.message, True),))
-    return Imported(index, kind, name, app, dict(conv.origins), tuple(conv.findings))
-
-
-def _other_kind(kind: str) -> str:
-    if kind == "FlinkSessionJob":
-        return ("a FlinkSessionJob runs on a shared session cluster, which flink-reconciler does not have yet: "
-                "not imported (import it as its own FlinkApp by hand, or keep it on the operator)")
-    if kind == "FlinkStateSnapshot":
-        return ("a FlinkStateSnapshot is a savepoint or checkpoint record, not an app: not imported (start an "
-                "imported app from its path with spec.job.initialSavepointPath)")
-    if kind == "FlinkBlueGreenDeployment":
-        return ("blue/green deployments have no FlinkApp equivalent (the reconciler's warm standby moves a job "
-                "to a new cluster instead): not imported")
-    return f"{kind} has no FlinkApp equivalent: not imported"
 
 
 def flatten_configuration(conf: Any, where: str = "spec.flinkConfiguration") -> dict[str, tuple[str, str]]:
@@ -346,8 +298,11 @@ def flink_version(value: Any) -> tuple[str, tuple[int, int]] | None:
     return f"{major}.{minor}", (major, minor)
 
 
-class _Converter:
+class Converter:
     """One FlinkDeployment; collects origins and findings while building the FlinkApp dict."""
+
+    NATIVE_MODE = ("native mode: flink-reconciler runs Flink in standalone application mode with a TaskManager "
+                   "Deployment of a fixed size (the same count the operator's Flink asks for)")
 
     def __init__(self, doc: Mapping[str, Any]) -> None:
         self.doc = doc
@@ -368,18 +323,10 @@ class _Converter:
 
     def run(self) -> dict[str, Any]:
         self._metadata()
-        spec = self.doc.get("spec")
-        if not isinstance(spec, Mapping):
-            raise UnimportableError("spec", "missing (or not a map): a FlinkDeployment needs a spec")
+        spec = self._spec(KNOWN_SPEC)
         job = spec.get("job")
-        if job is None:
-            raise UnimportableError("spec.job", "missing: this FlinkDeployment is a session cluster (no job), which "
-                                "flink-reconciler does not run yet; only application mode can be imported")
         if not isinstance(job, Mapping):
             raise UnimportableError("spec.job", f"expected a map, got {type(job).__name__}")
-        for key in spec:
-            if key not in _KNOWN_SPEC:
-                self.note(f"spec.{key}", "unknown FlinkDeployment field: not imported", True)
         version = self._version(spec)
         conf = self._configuration(spec, version)
         self._image(spec)
@@ -390,6 +337,19 @@ class _Converter:
         self._operator_options(conf)
         self._rest_of_configuration(conf)
         self._pod_templates(spec)
+        self._cluster_extras(spec)
+        return self.app
+
+    def _spec(self, known: set[str]) -> Mapping[str, Any]:
+        spec = self.doc.get("spec")
+        if not isinstance(spec, Mapping):
+            raise UnimportableError("spec", f"missing (or not a map): a {self.doc.get('kind')} needs a spec")
+        for key in spec:
+            if key not in known:
+                self.note(f"spec.{key}", f"unknown {self.doc.get('kind')} field: not imported", True)
+        return spec
+
+    def _cluster_extras(self, spec: Mapping[str, Any]) -> None:
         if spec.get("ingress") is not None:
             self.note("spec.ingress", "flink-reconciler creates no Ingress for the Flink UI: not imported (create "
                       "one for the Service <name>-rest, port 8081, yourself)", True)
@@ -399,10 +359,7 @@ class _Converter:
         if spec.get("mode") not in (None, "native", "standalone"):
             self.note("spec.mode", f"unknown deployment mode {spec.get('mode')!r}", True)
         elif spec.get("mode") == "native":
-            self.note("spec.mode", "native mode: flink-reconciler runs Flink in standalone application mode with "
-                      "a TaskManager Deployment of a fixed size (the same count the operator's Flink asks for)",
-                      False)
-        return self.app
+            self.note("spec.mode", self.NATIVE_MODE, False)
 
     # --- metadata -------------------------------------------------------------------------------------------
     def _metadata(self) -> None:
@@ -525,7 +482,7 @@ class _Converter:
                 if replicas is None and conf_rep is not None:
                     replicas = conf_rep[0]
                 if replicas is not None:
-                    self.put(("spec", "jobManager", "replicas"), _int(replicas, f"{where}.replicas"),
+                    self.put(("spec", "jobManager", "replicas"), as_int(replicas, f"{where}.replicas"),
                              f"{where}.replicas")
 
     def _resources(self, node: Mapping[str, Any], where: str) -> tuple[tuple[int, str] | None,
@@ -578,36 +535,22 @@ class _Converter:
     # --- job ---------------------------------------------------------------------------------------------------
     def _job(self, spec: Mapping[str, Any], job: Mapping[str, Any], conf: dict[str, tuple[str, str]],
              slots: int) -> None:
-        for key in job:
-            if key not in _KNOWN_JOB:
-                self.note(f"spec.job.{key}", "unknown job field: not imported", True)
-        jar = job.get("jarURI")
-        if not jar:
-            raise UnimportableError("spec.job.jarURI", "missing: a job needs a jar (Python and SQL jobs run a jar too)")
-        jar = str(jar)
-        self.put(("spec", "job", "jarURI"), jar, "spec.job.jarURI")
+        jar = self._jar_uri(job)
         if not jar.startswith(("local://", "http://", "https://")):
             self.note("spec.job.jarURI", f"{jar!r}: on Kubernetes the reconciler runs jars baked into the image "
                       "(local://) or fetched over http(s)://", True)
-        if job.get("entryClass"):
-            self.put(("spec", "job", "entryClass"), str(job["entryClass"]), "spec.job.entryClass")
-        if job.get("args") is not None:
-            args = job["args"]
-            if not isinstance(args, list):
-                raise UnimportableError("spec.job.args", "expected a list of arguments")
-            self.put(("spec", "job", "args"), [_scalar_text(a, "spec.job.args") for a in args], "spec.job.args")
         parallelism = job.get("parallelism")
         p_src = "spec.job.parallelism"
         if parallelism is None and "parallelism.default" in conf:
             parallelism, p_src = conf["parallelism.default"]
-        p = _int(parallelism, p_src) if parallelism is not None else 1
+        p = as_int(parallelism, p_src) if parallelism is not None else 1
         if p < 1:
             raise UnimportableError(p_src, f"parallelism {p} must be at least 1")
         conf.pop("parallelism.default", None)  # the renderer writes it from job.parallelism
         tm = spec.get("taskManager")
         tm_replicas = tm.get("replicas") if isinstance(tm, Mapping) else None
         if tm_replicas is not None:
-            replicas = _int(tm_replicas, "spec.taskManager.replicas")
+            replicas = as_int(tm_replicas, "spec.taskManager.replicas")
             effective = replicas * slots
             if parallelism is not None and p != effective:
                 self.note(p_src, f"{p} is ignored by the operator when taskManager.replicas is set: the job runs "
@@ -619,6 +562,38 @@ class _Converter:
             self.put(("spec", "job", "parallelism"), p, p_src)
             self.put(("spec", "taskManager", "replicas"), -(-p // slots),
                      f"parallelism {p} / {slots} slots, rounded up (the TaskManagers Flink asks the operator for)")
+        mode = self._job_fields(spec, job)
+        # Configuration the operator derives from the job (FlinkConfigBuilder.applyJobConfig).
+        name = self.app["metadata"]["name"]
+        if "pipeline.name" not in conf:
+            conf["pipeline.name"] = (name, "operator default: the job is named after the FlinkDeployment")
+        if mode == "last-state" and "execution.checkpointing.interval" not in conf:
+            conf["execution.checkpointing.interval"] = (
+                LAST_STATE_CHECKPOINT_INTERVAL, "operator default for upgradeMode last-state")
+        for key, value in OPERATOR_CONF_DEFAULTS.items():
+            if key not in conf:
+                conf[key] = (value, "operator default")
+
+    def _jar_uri(self, job: Mapping[str, Any]) -> str:
+        jar = job.get("jarURI")
+        if not jar:
+            raise UnimportableError("spec.job.jarURI", "missing: a job needs a jar (Python and SQL jobs run a jar too)")
+        self.put(("spec", "job", "jarURI"), str(jar), "spec.job.jarURI")
+        return str(jar)
+
+    def _job_fields(self, spec: Mapping[str, Any], job: Mapping[str, Any]) -> str:
+        """The job fields an application and a session job share (all but the jar and the parallelism);
+        returns the upgrade mode."""
+        for key in job:
+            if key not in _KNOWN_JOB:
+                self.note(f"spec.job.{key}", "unknown job field: not imported", True)
+        if job.get("entryClass"):
+            self.put(("spec", "job", "entryClass"), str(job["entryClass"]), "spec.job.entryClass")
+        if job.get("args") is not None:
+            args = job["args"]
+            if not isinstance(args, list):
+                raise UnimportableError("spec.job.args", "expected a list of arguments")
+            self.put(("spec", "job", "args"), [_scalar_text(a, "spec.job.args") for a in args], "spec.job.args")
         mode = str(job.get("upgradeMode") or "stateless")
         if mode not in ("savepoint", "last-state", "stateless"):
             raise UnimportableError("spec.job.upgradeMode", f"unknown upgrade mode {mode!r}")
@@ -642,22 +617,13 @@ class _Converter:
                           "(take a savepoint with `flink-reconciler savepoint APP`)", False)
         if job.get("autoscalerResetNonce") is not None:
             self.note("spec.job.autoscalerResetNonce", "the operator's autoscaler is not imported", False)
-        # Configuration the operator derives from the job (FlinkConfigBuilder.applyJobConfig).
-        name = self.app["metadata"]["name"]
-        if "pipeline.name" not in conf:
-            conf["pipeline.name"] = (name, "operator default: the job is named after the FlinkDeployment")
-        if mode == "last-state" and "execution.checkpointing.interval" not in conf:
-            conf["execution.checkpointing.interval"] = (
-                LAST_STATE_CHECKPOINT_INTERVAL, "operator default for upgradeMode last-state")
-        for key, value in OPERATOR_CONF_DEFAULTS.items():
-            if key not in conf:
-                conf[key] = (value, "operator default")
+        return mode
 
     # --- high availability -------------------------------------------------------------------------------------
     def _ha(self, conf: dict[str, tuple[str, str]]) -> None:
         kind = conf.pop("high-availability.type", None)
         storage = conf.pop("high-availability.storageDir", None)
-        mode = self.app["spec"]["job"]["upgradeMode"]
+        mode = self.app["spec"].get("job", {}).get("upgradeMode")
         if kind is None or kind[0].strip().lower() in _HA_NONE:
             if storage is not None:
                 self.note(storage[1], "high availability is off: not imported", False)
@@ -684,7 +650,7 @@ class _Converter:
                 path, _what = _OPERATOR_MAPPED[key]
                 target: Any = value
                 if path[-1] == "retain":
-                    target = _int(value, src)
+                    target = as_int(value, src)
                 elif path[-1] in ("maxAge", "maxCheckpointAge", "start"):
                     target = _flink_duration(value, src)
                 self.put(path, target, src)
@@ -768,7 +734,7 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def _int(value: Any, src: str) -> int:
+def as_int(value: Any, src: str) -> int:
     if isinstance(value, bool):
         raise UnimportableError(src, f"{value!r} is not a whole number")
     try:

@@ -85,14 +85,20 @@ def test_examples_directory_report_and_exit_code(tmp_path: Path) -> None:
     assert {f["field"] for f in ha["findings"] if f["changesBehaviour"]} == {
         "spec.flinkConfiguration.execution.checkpointing.savepoint-dir",
         "spec.flinkConfiguration.execution.checkpointing.dir", "spec.highAvailability.storageDir"}
-    assert by_name["basic-session-job-example"]["imported"] is False
+    # the session examples of both files are read together: the job-only file's cluster is in the other one
+    assert by_name["basic-session-job-only-example"]["runsTheSame"] is True
+    assert by_name["example-savepoint"]["imported"] is False  # a FlinkStateSnapshot
     written = sorted(p.name for p in (tmp_path / "apps").iterdir())
-    assert "basic-example.yaml" in written and "basic-session-job-example.yaml" not in written
-    # what runs the same also validates for Kubernetes
-    same = [d["written"] for d in report["documents"] if d["runsTheSame"]]
-    assert same
-    code, out, err = run("validate", "--runtime", "kubernetes", *same)
+    assert "basic-example.yaml" in written and "basic-session-job-example.yaml" in written
+    # what runs the same also validates for Kubernetes, as one repository
+    same = [Path(d["written"]) for d in report["documents"] if d["runsTheSame"]]
+    assert len(same) == 6  # basic.yaml and the five session documents
+    (tmp_path / "repo").mkdir()
+    for p in same:
+        shutil.copy(p, tmp_path / "repo" / p.name)
+    code, out, err = run("validate", "--runtime", "kubernetes", str(tmp_path / "repo"))
     assert code == 0, out + err
+    assert "ok: 4 valid app(s) and 2 session cluster(s) in 6 file(s)" in out
 
 
 def test_stdin_to_stdout_with_a_list(tmp_path: Path) -> None:
@@ -153,9 +159,100 @@ def test_missing_source() -> None:
     assert code == 1 and "no such file or directory" in err
 
 
+HOSTILE_SESSION_JOBS = """\
+apiVersion: flink.apache.org/v1beta1
+kind: FlinkSessionJob
+metadata: {name: no-target}
+spec:
+  job: {jarURI: "https://repo.example/a.jar"}
+---
+apiVersion: flink.apache.org/v1beta1
+kind: FlinkSessionJob
+metadata: {name: no-job}
+spec: {deploymentName: shared}
+"""
+
+
 def test_no_traceback_from_the_real_command(tmp_path: Path) -> None:
-    shutil.copy(EXAMPLES / "basic-session-deployment-and-job.yaml", tmp_path / "s.yaml")
+    (tmp_path / "s.yaml").write_text(HOSTILE_SESSION_JOBS)
     p = subprocess.run([sys.executable, "-m", "reconciler.cli", "import", str(tmp_path / "s.yaml")],
                        check=False, capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert p.returncode == 1 and "Traceback" not in p.stderr
-    assert "NOT IMPORTED" in p.stderr and "session cluster" in p.stderr
+    assert p.returncode == 1 and "Traceback" not in p.stderr and p.stdout == ""
+    assert f"{tmp_path / 's.yaml'}: FlinkSessionJob no-target: NOT IMPORTED\n  ! spec.deploymentName: missing: a " \
+           "FlinkSessionJob names the session FlinkDeployment it runs on\n" in p.stderr
+    assert f"{tmp_path / 's.yaml'}: FlinkSessionJob no-job: NOT IMPORTED\n  ! spec.job: missing: a FlinkSessionJob " \
+           "without a job has nothing to run\n" in p.stderr
+    assert "0 of 2 document(s) imported to run the same" in p.stderr
+
+
+def git_repo(path: Path) -> Path:
+    path.mkdir()
+    subprocess.run(["git", "init", "-q", str(path)], check=True, timeout=30)
+    return path
+
+
+def commit(repo: Path) -> None:
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True, timeout=30)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-q",
+                    "-m", "import"], check=True, timeout=30)
+
+
+def test_session_cluster_and_jobs_import_into_a_repository_that_validates(tmp_path: Path) -> None:
+    repo = git_repo(tmp_path / "repo")
+    src = tmp_path / "basic-session-deployment-and-job.yaml"
+    shutil.copy(EXAMPLES / src.name, src)
+    code, out, err = run("import", str(src), "--out", str(repo / "apps"))
+    assert code == 0, out + err
+    assert f"{src}: FlinkDeployment basic-session-deployment-example: imported, runs the same -> " \
+           f"{repo / 'apps' / 'basic-session-deployment-example.yaml'}" in out
+    assert "3 of 3 document(s) imported to run the same" in out
+    written = (repo / "apps" / "basic-session-deployment-example.yaml").read_text()
+    assert written.startswith("# Imported by `flink-reconciler import` from FlinkDeployment "
+                              "default/basic-session-deployment-example (")
+    assert "kind: FlinkSessionCluster" in written and "maxTaskManagers: 6 # from the running session jobs" in written
+    job = (repo / "apps" / "basic-session-job-example2.yaml").read_text()
+    assert "sessionCluster: basic-session-deployment-example  # from spec.deploymentName" in job
+    assert "# Comments name the FlinkSessionJob field each value came from." in job
+    commit(repo)
+    code, out, err = run("validate", "--runtime", "kubernetes", str(repo / "apps"))
+    assert code == 0, out + err
+    assert "ok: 2 valid app(s) and 1 session cluster(s) in 3 file(s)" in out
+
+
+def test_session_job_only_with_and_without_its_cluster(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("basic-session-deployment-only.yaml", "basic-session-job-only.yaml"):
+        shutil.copy(EXAMPLES / name, src / name)
+    repo = git_repo(tmp_path / "repo")
+    code, out, err = run("import", str(src), "--out", str(repo / "apps"))  # a directory: both files together
+    assert code == 0, out + err
+    commit(repo)
+    code, out, err = run("validate", "--runtime", "kubernetes", str(repo / "apps"))
+    assert code == 0 and "ok: 1 valid app(s) and 1 session cluster(s) in 2 file(s)" in out, out + err
+    # alone, the job names a cluster the run does not have: imported, reported, and validate agrees
+    alone = git_repo(tmp_path / "alone")
+    code, out, err = run("import", str(src / "basic-session-job-only.yaml"), "--out", str(alone / "apps"))
+    assert code == 1
+    assert "IMPORTED, RUNS DIFFERENTLY" in out
+    assert "! spec.deploymentName: the session FlinkDeployment default/basic-session-deployment-only-example is " \
+           "not among the imported documents" in out
+    code, out, err = run("validate", "--runtime", "kubernetes", str(alone / "apps"))
+    assert code == 1 and "which no FlinkSessionCluster in the repository defines" in err
+
+
+def test_session_apps_are_checked_on_their_cluster(tmp_path: Path) -> None:
+    """What `validate --runtime kubernetes` refuses of a session app on its cluster, the import reports."""
+    text = (EXAMPLES / "basic-session-deployment-and-job.yaml").read_text() \
+        .replace("jarURI: https://repo1.maven.org/maven2/org/apache/flink/flink-examples-streaming/2.2.0/"
+                 "flink-examples-streaming-2.2.0.jar", "jarURI: local:///opt/flink/lib/mine.jar")
+    (tmp_path / "s.yaml").write_text(text)
+    code, out, err = run("import", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "apps"), "--output", "json")
+    assert code == 1, out + err
+    docs = {d["name"]: d for d in json.loads(out)["documents"]}
+    bad = docs["basic-session-job-example2"]
+    assert not bad["runsTheSame"] and bad["written"]
+    assert [f["field"] for f in bad["findings"] if f["changesBehaviour"]] == ["spec.job.jarURI"]
+    assert docs["basic-session-job-example"]["runsTheSame"]
+    code, out, err = run("validate", "--runtime", "kubernetes", str(tmp_path / "apps"))
+    assert code == 1 and "spec.job.jarURI" in err

@@ -1,4 +1,5 @@
-"""The FlinkDeployment -> FlinkApp mapping (pure): table tests, the operator's own examples, hostile input."""
+"""The FlinkDeployment -> FlinkApp mapping (pure): table tests, the operator's own examples, hostile input.
+Session mode has its own: test_operator_import_session.py."""
 
 from __future__ import annotations
 
@@ -9,13 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from reconciler.core.operator_import import (
-    Imported,
-    import_document,
-    import_documents,
-    memory_bytes,
-)
+from reconciler.core.operator_documents import import_document, import_documents
+from reconciler.core.operator_import import Imported, memory_bytes
 from reconciler.spec.model import FlinkApp
+from reconciler.spec.session import FlinkSessionCluster
 
 EXAMPLES = Path(__file__).parent / "operator_examples"
 
@@ -247,12 +245,13 @@ def test_lists_and_other_kinds_are_reported_never_dropped() -> None:
         ("FlinkDeployment", True), ("FlinkSessionJob", False), ("FlinkStateSnapshot", False),
         ("FlinkBlueGreenDeployment", False), ("ConfigMap", False), ("?", False)]
     assert all(o.findings for o in out[1:])
-    assert "session cluster" in out[1].findings[0].message
+    assert [(f.field, f.message) for f in out[1].findings] == [
+        ("spec", "missing (or not a map): a FlinkSessionJob needs a spec")]
 
 
 @pytest.mark.parametrize(("mutate", "field"), [
-    (lambda d: d["spec"].pop("job"), "spec.job"),
     (lambda d: d["spec"].__setitem__("job", "run it"), "spec.job"),
+    (lambda d: d["spec"].__setitem__("job", None), "spec.job"),
     (lambda d: d["spec"]["job"].pop("jarURI"), "spec.job.jarURI"),
     (lambda d: d["spec"].__setitem__("flinkConfiguration", ["a", "b"]), "spec.flinkConfiguration"),
     (lambda d: d["spec"].__setitem__("flinkConfiguration", {"a": [{"b": 1}]}), "spec.flinkConfiguration.a"),
@@ -299,9 +298,12 @@ EXPECTED: dict[str, dict[str, tuple[bool, bool, set[str]]]] = {
     "autoscaling-autoscaling.yaml": {"autoscaling-example": (
         True, False, {"spec.flinkConfiguration.job.autoscaler.enabled"})},
     "basic-session-deployment-and-job.yaml": {
-        "basic-session-deployment-example": (False, False, {"spec.job"}),
-        "basic-session-job-example": (False, False, {"kind"}),
-        "basic-session-job-example2": (False, False, {"kind"})},
+        "basic-session-deployment-example": (True, True, set()),
+        "basic-session-job-example": (True, True, set()),
+        "basic-session-job-example2": (True, True, set())},
+    "basic-session-deployment-only.yaml": {"basic-session-deployment-only-example": (True, True, set())},
+    # alone, its session cluster is missing (tests/cli/test_import_cli.py imports it with its cluster)
+    "basic-session-job-only.yaml": {"basic-session-job-only-example": (True, False, {"spec.deploymentName"})},
     "snapshot-job-from-savepoint.yaml": {"example-savepoint": (False, False, {"kind"}),
                                          "example-deployment": (True, True, set())},
     "snapshot-savepoint-job-full-spec.yaml": {"example-savepoint": (False, False, {"kind"})},
@@ -316,8 +318,8 @@ def test_operator_examples(name: str) -> None:
     got = {o.name: (o.app is not None, not o.changes_behaviour, fields(o, changing=True)) for o in out}
     assert got == EXPECTED[name]
     for o in out:
-        if o.app is not None:
-            FlinkApp.model_validate(o.app)  # always a valid FlinkApp (runtime checks are the CLI's: test_import_cli)
+        if o.app is not None:  # always a valid spec (runtime checks are the CLI's: test_import_cli)
+            (FlinkSessionCluster if o.app["kind"] == "FlinkSessionCluster" else FlinkApp).model_validate(o.app)
 
 
 def test_every_copied_example_is_covered() -> None:

@@ -16,7 +16,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.core.operator_import import import_document
+from reconciler.core.operator_documents import import_document
 from reconciler.live.k8s_render import render_app
 from reconciler.spec.model import FlinkApp
 
