@@ -38,6 +38,7 @@ from typing import Any, Final, TypeVar
 from pydantic import ValidationError
 
 from reconciler.apply.journal import KEEP, InFlight, Journal, Keep, Stage, StepPhase
+from reconciler.apply.operator_steps import suspend_operator
 from reconciler.apply.rescale import in_place_done, rescale_in_place
 from reconciler.apply.retry import Backoff
 from reconciler.clock import Clock
@@ -67,7 +68,6 @@ from reconciler.core.plan import (
     SuspendOperatorDeployment,
     describe_step,
 )
-from reconciler.core.takeover import suspension
 from reconciler.errors import (
     DeadlineExceededError,
     FencedError,
@@ -97,6 +97,7 @@ CHECKPOINT_INTERVAL_KEY: Final = "execution.checkpointing.interval"
 _ZERO_DURATION = re.compile(r"^\s*0+(\.0+)?\s*[a-z]*\s*$", re.IGNORECASE)
 _MAX_CAUSE = 2000
 _CLOCK_SKEW = timedelta(minutes=1)  # between our clock and the JobManager's, when comparing their times
+_MISSING_LOOK_S = 10.0  # how long a new job waits for its tasks before a look for a killed process
 
 
 class EventPhase(StrEnum):
@@ -456,8 +457,13 @@ class Executor:
             phase = self.runtime.observe(run.app).phase
         except ReconcilerError:
             phase = ClusterPhase.UNKNOWN
-        if phase in (ClusterPhase.ABSENT, ClusterPhase.STARTING, ClusterPhase.FAILED):
+        if phase in (ClusterPhase.ABSENT, ClusterPhase.FAILED):
             return  # no JobManager is up, so the new job cannot be running (a stuck rollout)
+        if phase is ClusterPhase.STARTING:  # not up yet, or up with a TaskManager missing: cancel what answers
+            try:
+                self.runtime.flink(run.app).job(job_id)
+            except ReconcilerError:  # no JobManager answers, or it does not know the job: nothing runs it
+                return
         step = CancelJob(job_id=job_id, deadline_s=self.cleanup_deadline_s)
         try:
             self._with_retries(run, step, lambda deadline: self._cancel_and_wait(run.app, job_id, deadline))
@@ -604,7 +610,8 @@ class Executor:
             case DeleteRetiredCluster() if isinstance(self.runtime, StandbyRuntime):
                 self.runtime.delete_retired(run.app, deadline=deadline)
             case SuspendOperatorDeployment():
-                return self._suspend_operator(run, step, deadline)
+                return suspend_operator(self._operator_port(), self.journal, run.app, run.revision, step,
+                                        wait=lambda what: self._wait(deadline, what))
             case DeleteOperatorDeployment(namespace=ns, name=name):
                 self._operator_port().delete_flink_deployment(ns, name, deadline=deadline)
             case ReleaseOperatorDeployment(namespace=ns, name=name, state=state, upgrade_mode=mode):
@@ -618,40 +625,6 @@ class Executor:
             raise PermanentStepError(f"the {self.runtime.name} runtime cannot take over FlinkDeployments; a takeover "
                                      "runs on the kubernetes runtime")
         return self.runtime
-
-    def _suspend_operator(self, run: _Run, step: SuspendOperatorDeployment, deadline: float) -> dict[str, str | None]:
-        """Patch (idempotent), then poll the status. The savepoint path is journaled the moment it is read: the
-        deletion that follows takes the status that names it."""
-        port = self._operator_port()
-        where = f"FlinkDeployment {step.namespace}/{step.name}"
-        captured = self._inflight(run.app).captured_path
-        fd = port.flink_deployment(step.namespace, step.name)
-        if fd is None:
-            if captured:  # read and journaled before a crash
-                return {"captured_path": captured, "captured_kind": "savepoint"}
-            raise PermanentStepError(f"{where} is gone before its savepoint path was read: set "
-                                     "spec.job.initialSavepointPath to its last savepoint (in its savepoint directory)")
-        job = (fd.get("spec") or {}).get("job") or {}
-        if job.get("state") != "suspended" or job.get("upgradeMode") != "savepoint":
-            port.suspend_flink_deployment(step.namespace, step.name)
-        while True:
-            answer = suspension(fd)
-            if answer.done and answer.problem:
-                raise PermanentStepError(f"{where}: {answer.problem}")
-            if answer.done and answer.savepoint:
-                self.journal.set_scratch(run.app, captured_path=answer.savepoint, captured_kind="savepoint")
-                job_id = ((fd.get("status") or {}).get("jobStatus") or {}).get("jobId")
-                rec = self.journal.record(run.app)
-                if rec is None or not any(s.path == answer.savepoint for s in rec.savepoints):
-                    self.journal.add_savepoint(run.app, answer.savepoint, job_id=str(job_id) if job_id else None,
-                                               revision=run.revision)
-                return {"captured_path": answer.savepoint, "captured_kind": "savepoint"}
-            lifecycle = (fd.get("status") or {}).get("lifecycleState") or "no status"
-            self._wait(deadline, f"the operator to suspend {where} with a savepoint (lifecycleState {lifecycle})")
-            fd = port.flink_deployment(step.namespace, step.name)
-            if fd is None:
-                raise PermanentStepError(f"{where} was deleted while the operator suspended it, before its savepoint "
-                                         "path was read: set spec.job.initialSavepointPath to its last savepoint")
 
     def _standby_runtime(self) -> StandbyRuntime:
         if not isinstance(self.runtime, StandbyRuntime):
@@ -736,7 +709,7 @@ class Executor:
                     # Flink said how it ended: the trigger is settled (a resume must not poll it again).
                     self.journal.set_scratch(run.app, trigger_id=None)
                     if is_transient_text(status.failure):
-                        self._restart_missing(run)
+                        self._restart_missing(run, "the savepoint waited for the job's tasks", default=SpecRef.PREVIOUS)
                         raise TransientStepError(f"savepoint refused for now: {_short(status.failure, 300)}")
                     raise PermanentStepError(f"stop-with-savepoint failed: {_short(status.failure)}")
                 if not status.location:
@@ -767,31 +740,32 @@ class Executor:
         not answer before the deadline either, so the step ends now (JobManagerGoneError), not minutes later with
         the app down meanwhile. Not a cluster being started (the spec's own doing); the stop probes on its own. On
         Kubernetes a FAILED JobManager is crash-looping on the new spec: the usual failure path."""
-        if self.runtime.restarts_jobmanagers or isinstance(step, EnsureCluster | StartStandbyCluster |
+        if self.runtime.restarts_processes or isinstance(step, EnsureCluster | StartStandbyCluster |
                                                            StopWithSavepoint):
             return
         self._jobmanager_alive(run)
 
-    def _restart_missing(self, run: _Run) -> None:
-        """A savepoint refused because the job's tasks are not running may be waiting for a TaskManager that died
-        (kill -9 during the upgrade): restart it on the live cluster, at the spec that runs there, so Flink can
-        recover the job and the savepoint can succeed before the step's deadline. Nothing else would: the app is in
-        flight, so no repair is planned for it meanwhile."""
-        if run.plan.previous is None:
-            return
+    def _restart_missing(self, run: _Run, waiting: str, *, default: SpecRef | None = None) -> None:
+        """A step waiting for the job's tasks (a savepoint refused because they are not running; a new job waiting
+        for slots) may wait for a process killed during the upgrade: restart it on the live cluster, at the spec
+        that cluster runs (by hash; else `default`), so Flink can run the tasks before the step's deadline. Nothing
+        else would: an app in flight gets no repair plan. A cluster of another spec is left alone."""
         missing: tuple[str, ...] = ()
         try:
             info = self.runtime.observe(run.app)
             missing = info.missing
             if not missing or info.phase is ClusterPhase.FAILED:
                 return
-            self.runtime.ensure_cluster(self._spec(run, SpecRef.PREVIOUS),
-                                        deadline=self.clock.monotonic() + self.cleanup_deadline_s)
-        except ReconcilerError as e:  # the savepoint's own retries go on; the next refusal tries again
-            log.warning("%s: could not restart %s during the savepoint: %s", run.app, ", ".join(missing), e)
+            refs = [r for r, raw in ((SpecRef.PREVIOUS, run.plan.previous), (SpecRef.DESIRED, run.plan.desired))
+                    if raw]
+            ref = next((r for r in refs if self._spec(run, r).spec_hash == info.spec_hash), default)
+            if ref is None or ref not in refs:
+                return
+            self.runtime.ensure_cluster(self._spec(run, ref), deadline=self.clock.monotonic() + self.cleanup_deadline_s)
+        except ReconcilerError as e:  # the step's own waiting goes on; the next look tries again
+            log.warning("%s: could not restart %s while %s: %s", run.app, ", ".join(missing), waiting, e)
             return
-        self.journal.note(run.app, "repair", f"restarted {', '.join(missing)} while the savepoint waited for the "
-                          "job's tasks", revision=run.revision)
+        self.journal.note(run.app, "repair", f"restarted {', '.join(missing)} while {waiting}", revision=run.revision)
 
     def _stopped_with(self, flink: FlinkApi, job_id: str, *, since: datetime) -> str | None:
         stats = flink.checkpoints(job_id)
@@ -885,10 +859,14 @@ class Executor:
 
     def _await_running(self, run: _Run, step: AwaitRunning, deadline: float) -> None:
         flink = self.runtime.flink(run.app)
+        look = self.clock.monotonic() + _MISSING_LOOK_S
         while True:
             last = self._job_progress(flink, step.job_id)
             if last is None:
                 return
+            if not self.runtime.restarts_processes and self.clock.monotonic() >= look:  # a TaskManager killed?
+                self._restart_missing(run, f"job {step.job_id} waited for its tasks")
+                look = self.clock.monotonic() + _MISSING_LOOK_S
             # The app is down until this returns: poll faster than elsewhere (a GET of /jobs/overview).
             self._wait(deadline, f"job {step.job_id} to run all its tasks (last seen {last})",
                        flink=flink, job_id=step.job_id, interval=self.poll_interval / 4)

@@ -85,7 +85,7 @@ class KubernetesRuntime(SessionClusters, WarmStandby, OperatorDeployments):
     over apps from the Flink Kubernetes Operator (`k8s_operator.OperatorDeployments`: `ports.OperatorTakeover`)."""
 
     name = "kubernetes"
-    restarts_jobmanagers = True
+    restarts_processes = True
 
     def __init__(
         self,

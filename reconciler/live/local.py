@@ -96,7 +96,7 @@ class LocalRuntime:
     """`reconciler.live.ports.Runtime` on this host. See the module docstring for the layout."""
 
     name = "local"
-    restarts_jobmanagers = False
+    restarts_processes = False
 
     def __init__(
         self,

@@ -118,9 +118,10 @@ class Runtime(Protocol):
     with the most specific reason it knows (JVM exit code, pod status)."""
 
     name: str
-    # Whether something outside the reconciler restarts a dead JobManager (Kubernetes: the Deployment and kubelet).
-    # Where nothing does (local processes), a JobManager found dead mid-upgrade was killed, not crash-looping.
-    restarts_jobmanagers: bool
+    # Whether something outside the reconciler restarts dead Flink processes (Kubernetes: Deployments, the kubelet).
+    # Where nothing does (local processes), a JobManager found dead mid-upgrade was killed, not crash-looping, and a
+    # killed TaskManager comes back only if a step restarts it.
+    restarts_processes: bool
 
     def list_clusters(self) -> dict[str, ClusterInfo]:
         """Every cluster this runtime manages, in one call (not one per app)."""

@@ -138,7 +138,7 @@ class SessionRuntime:
         self.host = host
         self.clock: Clock = clock or SystemClock()
         self.name = host.name
-        self.restarts_jobmanagers = host.restarts_jobmanagers
+        self.restarts_processes = host.restarts_processes
         self._lock = threading.Lock()
         self._members: dict[str, str] = {}  # app -> session cluster
         self._clusters: set[str] = set()  # session clusters named in Git or by an applied spec

@@ -321,7 +321,7 @@ class FakeRuntime:
     """`Runtime` over FakeFlink clusters, one per app, all timed by one FakeClock."""
 
     name = "fake"
-    restarts_jobmanagers = False
+    restarts_processes = False
 
     def __init__(
         self,

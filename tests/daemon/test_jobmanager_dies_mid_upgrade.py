@@ -220,7 +220,7 @@ def test_a_second_jobmanager_death_under_the_same_spec_is_the_specs_failure_and_
     assert not any(r and r.message.startswith("interrupted") for r in later), later
 
 
-def test_a_runtime_that_restarts_jobmanagers_itself_rolls_back_as_before(tmp_path: Path) -> None:
+def test_a_runtime_that_restarts_processes_itself_rolls_back_as_before(tmp_path: Path) -> None:
     """On Kubernetes a FAILED JobManager after the start is crash-looping (its supervisor restarts a killed one):
     the spec's failure, rolled back at once, never an interruption."""
     repo = Repo(tmp_path)
@@ -229,7 +229,7 @@ def test_a_runtime_that_restarts_jobmanagers_itself_rolls_back_as_before(tmp_pat
     repo.commit("orders")
     clock = FakeClock()
     runtime = DyingJobManager(clock, savepoint_dir=str(tmp_path / "savepoints"), create_savepoint_dirs=True)
-    runtime.restarts_jobmanagers = True
+    runtime.restarts_processes = True
     state = tmp_path / "state"
     rec = Reconciler(source=GitSource(str(repo.origin), state / "git"), runtime=runtime,
                      journal=Journal(state / "journal", clock), clock=clock, runtime_name="local")

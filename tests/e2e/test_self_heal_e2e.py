@@ -222,6 +222,7 @@ def test_a_jobmanager_killed_after_the_upgrades_stop_ends_in_the_new_spec_from_t
     env.repo.commit("heal: 1 us of work per record")
 
     def past_the_stop() -> int | None:
+        journal.refresh()  # the daemon writes the record; this process reads it anew
         f = journal.inflight("heal")
         if f is None or f.plan.action.value != "upgrade":
             return None
@@ -236,6 +237,7 @@ def test_a_jobmanager_killed_after_the_upgrades_stop_ends_in_the_new_spec_from_t
     _kill(rec.jobmanager.pid)
 
     def upgraded() -> Job | None:
+        journal.refresh()
         j = env.job("heal")
         r = journal.record("heal")
         ok = r is not None and r.last_applied_spec is not None and "--work-us" in json.dumps(r.last_applied_spec)

@@ -76,7 +76,7 @@ class Host:
     slots: dict[str, tuple[str, str, Client]] = field(default_factory=dict)
     calls: list[tuple[str, Any]] = field(default_factory=list)
     name: str = "local"
-    restarts_jobmanagers: bool = False
+    restarts_processes: bool = False
 
     def session_generations(self, cluster: str) -> list[SessionGeneration]:
         return [SessionGeneration(slot=s, generation=g, config_key=k, cluster_id=f"{s}-{g}", client=c)  # type: ignore[arg-type]
