@@ -3,7 +3,8 @@
 Every call has a timeout. Failures become `FlinkRestError`s whose class tells the executor whether to
 retry (`FlinkTransientError`, a `TransientStepError`) or not (`FlinkPermanentError`, a
 `PermanentStepError`); they keep Flink's own `errors` list and a short `cause` (the deepest
-"Caused by:" line), because that text is what a user needs on the commit status.
+"Caused by:" line), because that text is what a user needs on the commit status. That reading of
+Flink's answers is `flink_errors.py`; its names are importable from here too.
 
 Never calls `POST /applications/{id}/cancel`: on Flink 2.3 it crashes the JobManager for an application
 left behind by a failed submit (see FLINK_FACTS.md).
@@ -12,7 +13,6 @@ left behind by a failed submit (see FLINK_FACTS.md).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,12 +21,19 @@ from typing import Any
 
 import httpx
 
-from reconciler.errors import (
-    JobNotFoundError,
-    PermanentStepError,
-    StepError,
-    TransientStepError,
-    TriggerNotFoundError,
+from reconciler.errors import JobNotFoundError
+from reconciler.live.flink_errors import (
+    FlinkPermanentError,
+    FlinkRestError,
+    FlinkTransientError,
+    FlinkTriggerNotFoundError,
+    FlinkUnavailableError,
+    FlinkUnsupportedError,
+    error_for,
+    errors_of,
+    is_transient_text,
+    summarize_errors,
+    summarize_stack,
 )
 from reconciler.live.ports import CheckpointStats, ClusterOverview, JobSummary, SavepointStatus
 
@@ -34,78 +41,9 @@ from reconciler.live.ports import CheckpointStats, ClusterOverview, JobSummary, 
 _SUBMIT_TIMEOUT_FLOOR = 60.0
 _JSON = "application/json"
 
-# Flink answers these while a job is still being deployed, restarting or busy checkpointing; asking
-# again a moment later succeeds (messages of Flink's CheckpointFailureReason, matched case-insensitively).
-_TRANSIENT_MARKERS = (
-    "not all required tasks are currently running",
-    "checkpoint was declined (tasks not ready)",
-    "the maximum number of queued checkpoint requests exceeded",
-    "the minimum time between checkpoints is still pending",
-    "failoverregion is restarting",
-    "checkpoint expired before completing",
-)
-# A 5xx containing one of these fails the same way every time: the user's jar or arguments are wrong.
-_PERMANENT_MARKERS = (
-    "ClassNotFoundException",
-    "NoClassDefFoundError",
-    "ProgramInvocationException",
-    "ProgramMissingJobException",
-    "NoSuchMethodException",
-    "FileNotFoundException",
-    "IllegalArgumentException",
-    "Could not find the main class",
-    "does not exist",
-)
 _DUPLICATE_MARKERS = (
     "DuplicateJobSubmissionException", "DuplicateApplicationSubmissionException", "already been submitted",
 )
-
-_CAUSED_BY = re.compile(r"^\s*Caused by:\s*(.+?)\s*$", re.MULTILINE)
-
-
-class FlinkRestError(StepError):
-    """A Flink REST call failed. Base of the transient/permanent pair; catch the pair's parents."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        method: str,
-        url: str,
-        status: int | None = None,
-        errors: tuple[str, ...] = (),
-    ) -> None:
-        self.method = method
-        self.url = url
-        self.status = status
-        self.errors = errors
-        self.cause = summarize_errors(errors) if errors else message
-        where = f"{method} {url}" + (f" -> {status}" if status is not None else "")
-        text = f"{message} ({where})"
-        if errors and self.cause != message:
-            text += f": {self.cause}"
-        super().__init__(text)
-
-
-class FlinkTransientError(FlinkRestError, TransientStepError):
-    """Worth retrying: 5xx, tasks not running yet, operation not ready."""
-
-
-class FlinkUnavailableError(FlinkTransientError):
-    """The JobManager could not be reached: connection refused, reset or timed out."""
-
-
-class FlinkPermanentError(FlinkRestError, PermanentStepError):
-    """Retrying will not help: a bad savepoint path, a bad entry class, a rejected request."""
-
-
-class FlinkTriggerNotFoundError(FlinkPermanentError, TriggerNotFoundError):
-    """GET /jobs/{id}/savepoints/{trigger} answered 404."""
-
-
-class FlinkUnsupportedError(FlinkPermanentError):
-    """This Flink cannot do it here: the endpoint does not exist (404/405), or the job's scheduler refuses it
-    (the default scheduler and a job's resource requirements: only the adaptive scheduler changes them)."""
 
 
 @dataclass(frozen=True)
@@ -129,37 +67,6 @@ class JobVertex:
     parallelism: int
     status: str
     tasks_running: int
-
-
-def summarize_stack(text: str) -> str:
-    """A stack trace -> its deepest 'Caused by:' line (or its first line): what actually went wrong."""
-    causes = _CAUSED_BY.findall(text)
-    if causes:
-        return str(causes[-1])[:1000]
-    for raw in text.splitlines():
-        line = raw.strip().removeprefix("<Exception on server side:").strip()
-        if line and not line.startswith("at "):
-            return line[:1000]
-    return text.strip()[:1000]
-
-
-def summarize_errors(errors: tuple[str, ...] | list[str]) -> str:
-    """Flink's `errors` list -> one readable line. The first entry is often just 'Internal server error.'."""
-    useful = [e for e in errors if e.strip() and e.strip() != "Internal server error."]
-    deepest = [summarize_stack(e) for e in useful]
-    if not deepest:
-        return "; ".join(e.strip() for e in errors) or "no error text"
-    # The entry with a Caused-by chain is the most specific; fall back to the last one.
-    for e, short in zip(useful, deepest, strict=True):
-        if _CAUSED_BY.search(e):
-            return short
-    return deepest[-1]
-
-
-def is_transient_text(text: str) -> bool:
-    """True when Flink's error text says 'not yet' rather than 'never' (also for savepoint failures)."""
-    low = text.lower()
-    return any(m in low for m in _TRANSIENT_MARKERS)
 
 
 class FlinkRestClient:
@@ -292,7 +199,7 @@ class FlinkRestClient:
             raise
         if resp.status_code in (404, 405):
             raise FlinkUnsupportedError("this Flink has no resource requirements endpoint", method=method,
-                                        url=self._url(path), status=resp.status_code, errors=_errors_of(resp))
+                                        url=self._url(path), status=resp.status_code, errors=errors_of(resp))
         if method != "GET":
             return {}
         try:
@@ -565,7 +472,7 @@ class FlinkRestClient:
             ) from e
         if resp.is_success or resp.status_code in ok_statuses:
             return resp
-        raise _error_for(resp, method=method, url=url, job_id=job_id)
+        raise error_for(resp, method=method, url=url, job_id=job_id)
 
 
 def _job_summary(j: Mapping[str, Any]) -> JobSummary:
@@ -589,36 +496,8 @@ def _request_id(body: Mapping[str, Any], client: FlinkRestClient, path: str) -> 
     return str(rid)
 
 
-def _errors_of(resp: httpx.Response) -> tuple[str, ...]:
-    try:
-        body = resp.json()
-    except ValueError:
-        return (resp.text.strip()[:2000],) if resp.text.strip() else ()
-    if isinstance(body, dict):
-        errs = body.get("errors")
-        if isinstance(errs, list):
-            return tuple(str(e) for e in errs)
-        if "message" in body:  # the Kubernetes API server's Status, when proxied
-            return (str(body["message"]),)
-    return (str(body)[:2000],)
-
-
-def _error_for(resp: httpx.Response, *, method: str, url: str, job_id: str | None) -> Exception:
-    status = resp.status_code
-    errors = _errors_of(resp)
-    text = "\n".join(errors)
-    if status == 404 and job_id is not None and "savepoint" not in url.rsplit(job_id, 1)[-1]:
-        return JobNotFoundError(
-            f"Flink does not know job {job_id} ({method} {url} -> 404): {summarize_errors(errors)}"
-        )
-    if status == 404 and "/savepoints/" in url:
-        return FlinkTriggerNotFoundError("Flink does not know this savepoint trigger", method=method, url=url,
-                                         status=status, errors=errors)
-    if is_transient_text(text):
-        return FlinkTransientError("Flink is not ready for this yet", method=method, url=url, status=status,
-                                   errors=errors)
-    if status >= 500 and not any(m in text for m in _PERMANENT_MARKERS):
-        return FlinkTransientError("Flink server error", method=method, url=url, status=status, errors=errors)
-    if status in (408, 429, 502, 503, 504):
-        return FlinkTransientError("Flink is busy", method=method, url=url, status=status, errors=errors)
-    return FlinkPermanentError("Flink rejected the request", method=method, url=url, status=status, errors=errors)
+__all__ = [
+    "FlinkPermanentError", "FlinkRestClient", "FlinkRestError", "FlinkTransientError", "FlinkTriggerNotFoundError",
+    "FlinkUnavailableError", "FlinkUnsupportedError", "JobVertex", "VertexGraph", "is_transient_text",
+    "summarize_errors", "summarize_stack",
+]

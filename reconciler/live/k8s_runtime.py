@@ -18,7 +18,6 @@ What the runtime owns of an app (see `k8s_render` for the objects):
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import urllib.parse
 from collections.abc import Callable
@@ -47,7 +46,7 @@ from reconciler.live.k8s_api import (
     client_from_kubeconfig,
     in_cluster_client,
 )
-from reconciler.live.k8s_generations import AppView, ClusterView, Pointers, pointer_problem
+from reconciler.live.k8s_generations import AppView, ClusterView, Pointers, pointer_problem, view_info
 from reconciler.live.k8s_operator import OperatorDeployments
 from reconciler.live.k8s_sessions import SessionClusters, session_info
 from reconciler.live.k8s_standby import WarmStandby
@@ -58,8 +57,6 @@ from reconciler.live.k8s_status import (
     ha_job_of,
     is_session_suffix,
     label,
-    pod_problem,
-    rewind_warning,
     subset_diff,
     taskmanager_generation,
     workload_ready,
@@ -173,98 +170,17 @@ class KubernetesRuntime(SessionClusters, WarmStandby, OperatorDeployments):
         return evs
 
     def _info(self, app: str, v: AppView, events: list[Obj] | None) -> ClusterInfo:
+        self._ns_of[app] = v.namespace
         problem = pointer_problem(app, v.root)
         if problem is not None:
-            self._ns_of[app] = v.namespace
             return session_info(ClusterInfo(app=app, phase=ClusterPhase.UNKNOWN, message=problem, unreadable=problem),
                                 v.root)
         try:
-            return session_info(self._checked_info(app, v, events), v.root)
+            return session_info(view_info(app, v, events, self._rest_url(app, v.namespace)), v.root)
         except (KeyError, TypeError, ValueError, AttributeError) as e:  # an object edited out of shape: that app's
             return ClusterInfo(app=app, phase=ClusterPhase.UNKNOWN,
                                message=f"cannot read the objects of app {app} in namespace {v.namespace}: "
                                        f"{type(e).__name__}: {e}")
-
-    def _checked_info(self, app: str, v: AppView, events: list[Obj] | None) -> ClusterInfo:
-        info = self._live_info(app, v, events)
-        ptr = Pointers.of(v.root)
-        # Any cluster beside the live one that is not the retired one is a standby (or what is left of one).
-        standby = ptr.standby if ptr.standby and ptr.standby != v.live_generation else None
-        standby = standby or next((g for g in sorted(v.others) if g and g != ptr.retired), None)
-        retired = ptr.retired is not None and ptr.retired != v.live_generation
-        if standby or retired:
-            info = dataclasses.replace(info, standby_generation=standby, retired_cluster=retired)
-        return info
-
-    def _live_info(self, app: str, v: AppView, events: list[Obj] | None) -> ClusterInfo:
-        self._ns_of[app] = v.namespace
-        spec_hash = None
-        for o in (v.jobmanager, v.root):
-            if o is not None:
-                spec_hash = ((o.get("metadata") or {}).get("annotations") or {}).get(r.ANNOTATION_SPEC_HASH)
-                break
-        rest: str | None = self._rest_url(app, v.namespace)
-        ha_job = _ha_job(v)
-        if v.root is None and v.jobmanager is None and v.taskmanager is None:
-            return ClusterInfo(app=app, phase=ClusterPhase.ABSENT, message="only leftover pods" if v.pods else None,
-                               ha_job_id=ha_job)
-        if v.jobmanager is None and v.taskmanager is None:
-            return ClusterInfo(app=app, phase=ClusterPhase.ABSENT, spec_hash=spec_hash, ha_job_id=ha_job,
-                               message="no JobManager or TaskManagers (suspended, or its workloads were deleted): "
-                                       "configuration kept")
-        # In application mode nothing but a repair recreates a deleted workload (the kubelet and the workload
-        # controllers only replace pods): the planner is told at once, it does not wait for it to come back.
-        missing: tuple[str, ...] = ()
-        if not v.live_generation and v.jobmanager is None:
-            missing = ("jobmanager",)
-            rest = None  # a JobManager still terminating may answer for a moment: it is no live JobManager
-        elif not v.live_generation and v.taskmanager is None:
-            missing = ("taskmanager",)
-        gone = [f"the {'JobManager' if m == 'jobmanager' else 'TaskManager'} workload "
-                f"{r.object_names(app)[m]} is gone" for m in missing]
-        problems: list[tuple[bool, str]] = []
-        for comp, w in (("JobManager", v.jobmanager), ("TaskManagers", v.taskmanager)):
-            if w is None:
-                continue
-            ok, why = workload_ready(w)
-            if not ok and why:
-                fatal = why.startswith(("ProgressDeadlineExceeded", "FailedCreate", "ReplicaFailure"))
-                problems.append((fatal, f"{comp}: {why}"))
-        pod_issues = self._pod_issues(v, events)
-        if any(f for f, _ in pod_issues) or any(f for f, _ in problems):
-            msgs = gone + [m for f, m in pod_issues if f] + [m for f, m in problems if f]
-            return ClusterInfo(app=app, phase=ClusterPhase.FAILED, rest_url=rest, message="; ".join(msgs),
-                               spec_hash=spec_hash, missing=missing, ha_job_id=ha_job)
-        if problems or pod_issues or missing:
-            return ClusterInfo(app=app, phase=ClusterPhase.STARTING, rest_url=rest,
-                               message="; ".join(gone + [m for _, m in pod_issues] + [m for _, m in problems]),
-                               spec_hash=spec_hash, missing=missing, ha_job_id=ha_job)
-        return ClusterInfo(app=app, phase=ClusterPhase.READY, rest_url=rest, spec_hash=spec_hash,
-                           message=rewind_warning(v.root, v.jobmanager, v.pods))
-
-    def _pod_issues(self, v: AppView, events: list[Obj] | None) -> list[tuple[bool, str]]:
-        out: list[tuple[bool, str]] = []
-        for pod in v.pods:
-            if (pod.get("metadata") or {}).get("deletionTimestamp"):
-                continue
-            prob = pod_problem(pod)
-            if prob is None:
-                continue
-            fatal, why = prob
-            pod_name = pod["metadata"]["name"]
-            ev = self._latest_warning(events or [], pod_name)
-            if ev and ev not in why:
-                why = f"{why} (event: {ev})"
-            out.append((fatal, f"pod {pod_name}: {why}"))
-        return out
-
-    @staticmethod
-    def _latest_warning(events: list[Obj], name: str) -> str | None:
-        mine = [e for e in events if (e.get("involvedObject") or {}).get("name") == name and e.get("type") == "Warning"]
-        if not mine:
-            return None
-        e = max(mine, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
-        return f"{e.get('reason')}: {e.get('message')}"
 
     def list_clusters(self) -> dict[str, ClusterInfo]:
         views = self._views(self.namespaces, r.MANAGED_SELECTOR)
@@ -607,17 +523,6 @@ def _selects(selector: str, app: str) -> bool:
     """Whether `selector` (every managed app's, or one app's: r.app_selector) takes in `app`."""
     instance = next((p.partition("=")[2] for p in selector.split(",") if p.startswith(f"{r.LABEL_INSTANCE}=")), None)
     return instance is None or instance == app
-
-
-def _ha_job(v: AppView) -> str | None:
-    """The job whose JobManager is gone while Flink keeps its HA data (the cluster in application mode only: a
-    session cluster recovers its jobs by itself): the TaskManagers' job when they are left, else the only one."""
-    if v.jobmanager is not None or v.live_generation or not v.ha_jobs:
-        return None
-    tm_job = taskmanager_generation(v.taskmanager)
-    if tm_job in v.ha_jobs:
-        return tm_job
-    return next(iter(v.ha_jobs)) if len(v.ha_jobs) == 1 else None
 
 
 __all__ = ["OWNED_KINDS", "PRUNABLE", "KubernetesRuntime"]

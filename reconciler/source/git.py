@@ -11,13 +11,13 @@ Credentials never reach argv, logs or exception text: an https token travels as 
 `GIT_SSH_COMMAND`, and every message built from git's stderr is redacted.
 
 Over 600 lines because it is the only module importing Git: mirror, fetch, tree reads, notes and commits
-all live here so that one place holds every Git call and its error mapping.
+all live here so that one place holds every Git call and its error mapping. The pure readings of Git's
+text (URLs, cache keys, tree entries, note lines) are `git_text.py`.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import logging
 import os
 import random
@@ -31,12 +31,27 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 import git
 from pydantic import SecretStr
 
 from reconciler.errors import SourceAuthError, SourceError, SourceUnreachableError
+from reconciler.source.git_text import (
+    SCP_LIKE,
+    URL_USERINFO,
+    blob_sha,
+    cache_key,
+    is_sha,
+    ls_tree_entries,
+    may_hold_specs,
+    merge_lines,
+    norm_subdir,
+    normalize_url,
+    not_a_file,
+    redact_url,
+    split_credentials,
+)
 from reconciler.spec.load import Unreadable
 from reconciler.spec.model import repo_jar_path
 
@@ -145,7 +160,7 @@ class GitSource:
         token_username: str = "x-access-token",
         network_timeout: float = 120.0,
     ) -> None:
-        self._url, url_user, url_secret = _split_credentials(_normalize_url(url))
+        self._url, url_user, url_secret = split_credentials(normalize_url(url))
         secret = token.get_secret_value() if isinstance(token, SecretStr) else token
         if url_user and not url_secret:
             # https://TOKEN@host/repo.git: a lone user name in an https URL is a token (GitHub style).
@@ -163,7 +178,7 @@ class GitSource:
         self.git_dir = self.cache_dir / "repo.git"
         self._network_timeout = network_timeout
         self._is_local = self._url.startswith("file://") or (
-            "://" not in self._url and not _SCP_LIKE.match(self._url)
+            "://" not in self._url and not SCP_LIKE.match(self._url)
         )
         self._lock = threading.RLock()  # fetch and everything that moves the branches
         # Notes have their own lock: writing a full pass's statuses never holds up the next fetch.
@@ -256,7 +271,7 @@ class GitSource:
         self._require_repo()
         status, out, _ = self._exec(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"])
         sha = out.decode().strip()
-        if status != 0 or not _is_sha(sha):
+        if status != 0 or not is_sha(sha):
             raise SourceError(f"unknown revision {rev!r} in {self._url}")
         return sha
 
@@ -275,17 +290,17 @@ class GitSource:
         that holds a control character is returned as `Unreadable`, never skipped: a spec that turns
         into one of those must not look deleted. Symlinks are never followed."""
         sha = self.resolve(rev)
-        prefix = _norm_subdir(subdir)
+        prefix = norm_subdir(subdir)
         args = ["ls-tree", "-r", "-t", "-z", "--full-tree", sha]
         if prefix:
             args += ["--", prefix]
         listing = self._run(args, what=f"list tree of {rev}")
         entries = []
-        for entry in _ls_tree_entries(listing):
+        for entry in ls_tree_entries(listing):
             path = entry[3]
             if prefix and not path.startswith(prefix + "/"):
                 continue  # the prefix directory itself, or a sibling sharing its name as a prefix
-            if suffixes and not path.endswith(tuple(suffixes)) and not _may_hold_specs(entry):
+            if suffixes and not path.endswith(tuple(suffixes)) and not may_hold_specs(entry):
                 continue
             entries.append(entry)
         return self._read_entries(entries)
@@ -300,7 +315,7 @@ class GitSource:
             chunk = [p for p in wanted[i : i + 256] if p]
             if chunk:
                 out = self._run(["ls-tree", "-z", "--full-tree", sha, "--", *chunk], what=f"list paths at {rev}")
-                found.extend(e for e in _ls_tree_entries(out) if e[3] in chunk)
+                found.extend(e for e in ls_tree_entries(out) if e[3] in chunk)
         read = self._read_entries(found)
         # A file whose directory became a symlink is not deleted: it is behind a link we do not follow.
         missing = [p for p in wanted if p not in read]
@@ -309,7 +324,7 @@ class GitSource:
         for i in range(0, len(parents), 256):
             chunk = parents[i : i + 256]
             out = self._run(["ls-tree", "-z", "--full-tree", sha, "--", *chunk], what=f"list paths at {rev}")
-            links.update(e[3] for e in _ls_tree_entries(out) if e[0] == b"120000" and e[3] in chunk)
+            links.update(e[3] for e in ls_tree_entries(out) if e[0] == b"120000" and e[3] in chunk)
         for p in missing:
             link = next((d for d in sorted(links) if p.startswith(d + "/")), None)
             if link:
@@ -320,7 +335,7 @@ class GitSource:
         out: dict[str, bytes | Unreadable] = {}
         blobs: list[tuple[str, str]] = []
         for mode, kind, obj, path in entries:
-            problem = _not_a_file(mode, kind, path)
+            problem = not_a_file(mode, kind, path)
             if problem:
                 out[path] = Unreadable(problem)
             else:
@@ -341,7 +356,7 @@ class GitSource:
     def changed_paths(self, a: str, b: str, subdir: str = "") -> set[str]:
         """Paths added, modified or deleted between commits a and b (renames count as both paths)."""
         sha_a, sha_b = self.resolve(a), self.resolve(b)
-        prefix = _norm_subdir(subdir)
+        prefix = norm_subdir(subdir)
         args = ["diff", "--name-only", "-z", "--no-renames", "--no-ext-diff", sha_a, sha_b]
         if prefix:
             args += ["--", prefix]
@@ -359,11 +374,11 @@ class GitSource:
         sha = self.resolve(rev)
         status, out, _ = self._exec(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{sha}:{path}"])
         blob = out.decode().strip()
-        if status != 0 or not _is_sha(blob):
+        if status != 0 or not is_sha(blob):
             raise SourceError(f"{path!r} does not exist at {rev!r} in {self._url}")
-        listed = _ls_tree_entries(self._run(["ls-tree", "-z", "--full-tree", sha, "--", path.lstrip("/")],
+        listed = ls_tree_entries(self._run(["ls-tree", "-z", "--full-tree", sha, "--", path.lstrip("/")],
                                             what=f"inspect {path}"))
-        problem = next((_not_a_file(m, k, p) for m, k, _, p in listed if p == path.lstrip("/")), "is not a file")
+        problem = next((not_a_file(m, k, p) for m, k, _, p in listed if p == path.lstrip("/")), "is not a file")
         if problem:
             raise SourceError(f"{path!r} at {rev!r} {problem}")
         dest_dir = Path(dest_dir)
@@ -509,7 +524,7 @@ class GitSource:
             pairs = [(path.replace("/", ""), meta.split()[2]) for meta, path in entries]
             bodies = self._cat_batch([blob for _, blob in pairs])
             for (commit, _), body in zip(pairs, bodies, strict=True):
-                if body is not None and _is_sha(commit):
+                if body is not None and is_sha(commit):
                     notes[commit] = body.decode(errors="replace")
         return notes
 
@@ -525,7 +540,7 @@ class GitSource:
     def _write_note_lines(self, ref: str, sha: str, pairs: Sequence[tuple[str, str]]) -> None:
         status, out, _ = self._exec(["notes", "--ref", ref, "show", sha])
         lines = out.decode().splitlines() if status == 0 else []
-        merged = _merge_lines(lines, pairs)
+        merged = merge_lines(lines, pairs)
         if merged == lines:
             return
         body = ("\n".join(merged) + "\n").encode()
@@ -564,7 +579,7 @@ class GitSource:
     def _ref_sha(self, ref: str) -> str | None:
         status, out, _ = self._exec(["rev-parse", "--verify", "--quiet", ref])
         sha = out.decode().strip()
-        return sha if status == 0 and _is_sha(sha) else None
+        return sha if status == 0 and is_sha(sha) else None
 
     def _cat_batch(self, names: Sequence[str]) -> list[bytes | None]:
         """Object contents for many names through one `git cat-file --batch` process."""
@@ -669,7 +684,7 @@ class GitSource:
         for secret in self._secrets:
             if secret:
                 text = text.replace(secret, "***")
-        return _URL_USERINFO.sub(r"\1***@", text)
+        return URL_USERINFO.sub(r"\1***@", text)
 
     # ---------------------------------------------------------------- writing a commit (rollback --write-commit)
 
@@ -808,133 +823,6 @@ class GitSource:
 
 _CHANGE = {"M": "modified", "T": "modified", "A": "added", "D": "deleted", "R": "renamed", "C": "copied",
            "U": "unmerged", "?": "untracked"}
-_SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
-_URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.IGNORECASE)
-_SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
-
-
-def _is_sha(text: str) -> bool:
-    return bool(_SHA.match(text))
-
-
-def _normalize_url(url: str) -> str:
-    """Plain paths (bare repo or working copy) become absolute; URLs stay as given."""
-    if "://" in url or _SCP_LIKE.match(url):
-        return url
-    return str(Path(url).expanduser().resolve())
-
-
-def _split_credentials(url: str) -> tuple[str, str | None, str | None]:
-    """(url, user, password): credentials taken out of an http(s) URL so they never sit in .git/config,
-    messages or logs (`https://user:pass@host/...`, `https://TOKEN@host/...`). ssh user names stay."""
-    if "://" not in url:
-        return url, None, None
-    parts = urlsplit(url)
-    if "@" not in parts.netloc or (parts.password is None and parts.scheme.lower() not in ("http", "https")):
-        return url, None, None
-    host = parts.netloc.rpartition("@")[2]
-    clean = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-    return clean, unquote(parts.username or "") or None, unquote(parts.password) if parts.password else None
-
-
-def cache_key(url: str) -> str:
-    """A short stable name for the cache of `url`, so two repositories never share a cache and one keeps
-    one: a local repository by its absolute, resolved path (however it was typed: '.', relative, via a
-    symlink, file://), a remote one by its URL without credentials, scheme and host lower-cased,
-    trailing '/' and '.git' dropped."""
-    if url.startswith("file://"):
-        url = unquote(urlsplit(url).path)
-    url, _, _ = _split_credentials(_normalize_url(url))
-    if "://" in url:
-        parts = urlsplit(url)
-        url = urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path, parts.query, ""))
-    elif _SCP_LIKE.match(url):
-        host, _, path = url.partition(":")
-        url = f"{host.lower()}:{path}"
-    url = url.rstrip("/").removesuffix(".git").rstrip("/")
-    return hashlib.sha256(url.encode()).hexdigest()[:16]
-
-
-def _ls_tree_entries(listing: bytes) -> list[tuple[bytes, bytes, str, str]]:
-    """(mode, type, object id, path) of each entry of `git ls-tree -z` output."""
-    out = []
-    for entry in listing.split(b"\0"):
-        if entry:
-            meta, _, raw_path = entry.partition(b"\t")
-            mode, kind, obj = meta.split(b" ")
-            out.append((mode, kind, obj.decode(), raw_path.decode("utf-8", "surrogateescape")))
-    return out
-
-
-def _may_hold_specs(entry: tuple[bytes, bytes, str, str]) -> bool:
-    """A symlink named like a directory (no dot): it may stand for a folder of specs, so it is reported
-    as unreadable rather than skipped (the specs that were in that folder must not look deleted)."""
-    return entry[0] == b"120000" and "." not in entry[3].rsplit("/", 1)[-1]
-
-
-def _not_a_file(mode: bytes, kind: bytes, path: str) -> str | None:
-    """Why a tree entry cannot be read as a spec file, or None when it can."""
-    if not path.isprintable():
-        return "has a control character (a newline?) in its path; rename the file"
-    if mode == b"120000":
-        return "is a symbolic link; symlinks are not followed, a spec must be a regular file"
-    if kind == b"tree":
-        return "is a directory, not a file"
-    if kind != b"blob":
-        return "is a submodule, not a file"
-    return None
-
-
-def _norm_subdir(subdir: str) -> str:
-    s = subdir.strip().replace("\\", "/").strip("/")
-    while s.startswith("./"):
-        s = s[2:]
-    return "" if s == "." else s
-
-
-def _merge_lines(lines: Sequence[str], pairs: Sequence[tuple[str, str]]) -> list[str]:
-    """`lines` with each key's line replaced in place (appended when absent; a later pair of the same key
-    wins), other keys kept. Linear in the size of the note: a full pass writes thousands of lines at once."""
-    new = dict(pairs)
-    if not new:
-        return list(lines)
-    longest = max(len(k) for k in new)
-    out: list[str] = []
-    done: set[str] = set()
-    for existing in lines:
-        key = _key_of(existing, new, longest)
-        if key is None:
-            out.append(existing)
-        elif key not in done:
-            out.append(new[key])
-            done.add(key)
-    out.extend(line for key, line in new.items() if key not in done)
-    return out
-
-
-def _key_of(line: str, keys: Mapping[str, str], longest: int) -> str | None:
-    """The key among `keys` that `line` is the line of: the whole line, or a prefix ending at ':' or ' '."""
-    if line in keys:
-        return line
-    for i, c in enumerate(line[: longest + 1]):
-        if c in ": " and line[:i] in keys:
-            return line[:i]
-    return None
-
-
-def _replace_line(lines: Sequence[str], key: str, line: str) -> list[str]:
-    """Lines with the one for `key` replaced in place (appended when absent); other keys kept."""
-    return _merge_lines(lines, [(key, line)])
-
-
-def blob_sha(data: bytes) -> str:
-    """Git's blob id of `data` (what `git hash-object` prints), to key caches by content."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
-
-
-def redact_url(url: str) -> str:
-    """A URL fit for logs: credentials removed."""
-    return _URL_USERINFO.sub(r"\1***@", url)
 
 
 __all__ = [

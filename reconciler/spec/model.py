@@ -3,181 +3,50 @@
 Every field carries its *change class* (``x-change-class`` in the JSON Schema), the rung of the
 change ladder a change to it climbs: IGNORE < SCALE < UPGRADE < REDEPLOY. The diff takes the highest
 class of all changed fields; see `reconciler.core.diff`.
+
+The field types the models are built from (change classes, durations, memory sizes, names) are `fields.py`;
+their names are importable from here too.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-import math
 import re
 from datetime import timedelta
-from enum import IntEnum, StrEnum
+from enum import StrEnum
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
-    PlainSerializer,
     ValidationInfo,
-    WithJsonSchema,
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
+
+from reconciler.spec.fields import (
+    FLINK_KEY_RE,
+    MAX_DURATION,
+    MAX_FLINK_KEY_LENGTH,
+    MAX_NAME_LENGTH,
+    MAX_NONCE,
+    NAME_RE,
+    SUBDOMAIN_RE,
+    ChangeClass,
+    ChangeClassJSON,
+    Duration,
+    MemorySize,
+    SpecModel,
+    change,
+    format_duration,
+    parse_duration,
+    repo_jar_path,
+    valid_name,
+)
 
 API_VERSION = "flink-reconciler.io/v1alpha1"
 KIND = "FlinkApp"
-# Kubernetes object names are derived as <name>-taskmanager etc.; keep room for the suffixes.
-MAX_NAME_LENGTH = 45
-# ASCII only, whole string: `$` would also match before a trailing newline ("victim\n" a second app).
-NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-# Flink option keys: dotted words (letters, digits, '-', '_'); nothing that could break config.yaml.
-FLINK_KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-MAX_FLINK_KEY_LENGTH = 256
-# A DNS-1123 subdomain (Kubernetes object names such as a ServiceAccount): no namespace form.
-SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-MAX_DURATION = timedelta(days=365)  # a deadline or an age beyond a year is a typo (and overflows)
-MAX_NONCE = 2**63 - 1  # nonces travel as Kubernetes annotations and Java longs
-
-
-def repo_jar_path(uri: str) -> str | None:
-    """The repository path a jarURI names, normalised (`jobs/./x.jar`, `jobs/sub/../x.jar` -> `jobs/x.jar`);
-    None when it is not a repository path (a scheme://, or an absolute path on the reconciler's host).
-    Raises ValueError when it names no file inside the repository (`../x.jar`, `jobs/../../x.jar`, `.`):
-    Git holds only what is inside it, so such a spec could never be applied."""
-    if "://" in uri or uri.startswith("/"):
-        return None
-    parts: list[str] = []
-    for part in uri.split("/"):
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if not parts:
-                raise ValueError(f"{uri!r} leaves the repository: a relative jarURI is a path inside the "
-                                 "repository, and '..' here goes above its root")
-            parts.pop()
-        else:
-            parts.append(part)
-    if not parts:
-        raise ValueError(f"{uri!r} names the repository root, not a jar file in it")
-    return "/".join(parts)
-
-
-def valid_name(value: str) -> bool:
-    """An app name (or namespace): a DNS-1123 label of at most MAX_NAME_LENGTH characters."""
-    return len(value) <= MAX_NAME_LENGTH and NAME_RE.fullmatch(value) is not None
-
-
-class ChangeClass(IntEnum):
-    """How disruptive applying a change to a field is (the Flink operator's DiffType ladder)."""
-
-    IGNORE = 0  # metadata, policies: record only, never touch the job
-    SCALE = 1  # resources that change without restarting the job
-    UPGRADE = 2  # the job restarts, carrying state per upgradeMode
-    REDEPLOY = 3  # the whole cluster is recreated (state still carried per upgradeMode)
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
-
-
-def _to_change_class(v: Any) -> ChangeClass:
-    if isinstance(v, str):
-        try:
-            return ChangeClass[v.upper()]
-        except KeyError:
-            raise ValueError(f"unknown change class {v!r}") from None
-    return ChangeClass(v)
-
-
-# ChangeClass in JSON: its lower-case name ("upgrade"), not a number.
-ChangeClassJSON = Annotated[
-    ChangeClass,
-    BeforeValidator(_to_change_class),
-    PlainSerializer(lambda c: c.label, return_type=str),
-    WithJsonSchema({"enum": ["ignore", "scale", "upgrade", "redeploy"]}),
-]
-
-
-def change(cls: ChangeClass, description: str, **kw: Any) -> Any:
-    """A Field tagged with its change class; the tag lands in the JSON Schema and drives the diff."""
-    return Field(
-        description=description, json_schema_extra={"x-change-class": cls.label}, **kw
-    )
-
-
-_DURATION_RE = re.compile(r"[ \t]*([0-9]+(?:\.[0-9]+)?)[ \t]*(ms|s|m|h|d)?[ \t]*")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
-def parse_duration(value: Any) -> timedelta:
-    """Accept '90s', '5m', '1h', '1.5h', 300 (seconds) or a timedelta; at most MAX_DURATION."""
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, bool):
-        raise ValueError("expected a duration like '30s', '5m' or '1h'")
-    elif isinstance(value, int | float):
-        seconds = float(value) if not isinstance(value, int) or abs(value) < 10**20 else math.inf
-    elif isinstance(value, str) and (m := _DURATION_RE.fullmatch(value)):
-        seconds = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-    else:
-        raise ValueError(f"expected a duration like '30s', '5m' or '1h', got {value!r}")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"expected a finite, non-negative duration, got {value!r}")
-    if seconds > MAX_DURATION.total_seconds():
-        raise ValueError(f"{value!r} is longer than {MAX_DURATION.days} days")
-    return timedelta(seconds=seconds)
-
-
-@functools.lru_cache(maxsize=256)  # a few distinct values, each formatted for every app on every pass
-def format_duration(value: timedelta) -> str:
-    secs = value.total_seconds()
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs >= size and secs % size == 0:
-            return f"{int(secs // size)}{unit}"
-    return f"{secs:g}s"
-
-
-Duration = Annotated[
-    timedelta,
-    BeforeValidator(parse_duration),
-    PlainSerializer(format_duration, return_type=str),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "string", "pattern": r"^[ \t]*[0-9]+(\.[0-9]+)?[ \t]*(ms|s|m|h|d)?[ \t]*$"},
-                {"type": "number", "minimum": 0, "maximum": MAX_DURATION.total_seconds()},
-            ],
-            "examples": ["30s", "5m", "1h"],
-        }
-    ),
-]
-
-_QUANTITY_RE = re.compile(r"[0-9]{1,15}(\.[0-9]{1,9})?([kmgt]b?|[KMGT]i?|[kmgt])?")
-
-
-def _check_memory(value: str) -> str:
-    if not _QUANTITY_RE.fullmatch(value):
-        raise ValueError(f"expected a memory size like '1024m', '2g' or '2Gi', got {value!r}")
-    return value
-
-
-MemorySize = Annotated[str, BeforeValidator(lambda v: _check_memory(str(v)))]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        frozen=True,
-        extra="forbid",
-        alias_generator=to_camel,
-        populate_by_name=True,
-        validate_default=True,
-    )
 
 
 class UpgradeMode(StrEnum):
@@ -202,7 +71,7 @@ class RuntimeType(StrEnum):
     KUBERNETES = "kubernetes"
 
 
-class Resources(_Model):
+class Resources(SpecModel):
     cpu: float = change(ChangeClass.UPGRADE, "CPU cores per pod (Kubernetes).", default=1.0, gt=0, le=1024,
                         allow_inf_nan=False)
     memory: MemorySize = change(
@@ -211,7 +80,7 @@ class Resources(_Model):
     )
 
 
-class RuntimeHints(_Model):
+class RuntimeHints(SpecModel):
     type: RuntimeType | None = change(
         ChangeClass.REDEPLOY,
         "Where this app runs. Unset: the daemon's configured runtime.",
@@ -229,7 +98,7 @@ class RuntimeHints(_Model):
         return v
 
 
-class JobManagerSpec(_Model):
+class JobManagerSpec(SpecModel):
     resources: Resources = change(ChangeClass.UPGRADE, "JobManager resources.", default=Resources())
     replicas: int = change(
         ChangeClass.UPGRADE, "JobManager replicas (more than 1 needs highAvailability).",
@@ -237,7 +106,7 @@ class JobManagerSpec(_Model):
     )
 
 
-class VolumeClaimTemplate(_Model):
+class VolumeClaimTemplate(SpecModel):
     """A PVC per TaskManager pod; asking for one makes TaskManagers a StatefulSet."""
 
     name: str = change(ChangeClass.REDEPLOY, "Volume name, also the PVC name prefix.")
@@ -256,7 +125,7 @@ class VolumeClaimTemplate(_Model):
         return v
 
 
-class TaskManagerSpec(_Model):
+class TaskManagerSpec(SpecModel):
     resources: Resources = change(ChangeClass.UPGRADE, "TaskManager resources.", default=Resources(memory="1280m"))
     replicas: int = change(
         ChangeClass.SCALE, "Number of TaskManagers. Changing only this does not restart the job.",
@@ -272,7 +141,7 @@ class TaskManagerSpec(_Model):
     )
 
 
-class HighAvailability(_Model):
+class HighAvailability(SpecModel):
     enabled: bool = change(ChangeClass.REDEPLOY, "Kubernetes HA for the JobManager.", default=False)
     storage_dir: str | None = change(
         ChangeClass.REDEPLOY, "high-availability.storageDir (required when enabled).", default=None
@@ -285,7 +154,7 @@ class HighAvailability(_Model):
         return self
 
 
-class JobSpec(_Model):
+class JobSpec(SpecModel):
     jar_uri: str = change(
         ChangeClass.UPGRADE,
         "The job jar: a path inside the repository, relative to its root ('..' may not leave it), file://, local:// "
@@ -352,7 +221,7 @@ class JobSpec(_Model):
     )
 
 
-class Deadlines(_Model):
+class Deadlines(SpecModel):
     savepoint: Duration = change(ChangeClass.IGNORE, "Savepoint / stop-with-savepoint.", default=timedelta(minutes=5))
     start: Duration = change(
         ChangeClass.IGNORE, "Start until all tasks RUNNING (includes cluster start).", default=timedelta(minutes=5)
@@ -375,7 +244,7 @@ class ClusterStrategy(StrEnum):
     COLD = "cold"  # stop the job, then restart the cluster (the cluster start is inside the downtime)
 
 
-class UpgradeSpec(_Model):
+class UpgradeSpec(SpecModel):
     cluster_strategy: ClusterStrategy = change(
         ChangeClass.IGNORE,
         "How a change that needs new Flink JVMs (JobManager/TaskManager resources, slots, flinkConfiguration, "
@@ -404,7 +273,7 @@ def uses_adaptive_scheduler(flink_configuration: dict[str, str]) -> bool:
     return flink_configuration.get(ADAPTIVE_SCHEDULER_KEY, "").strip().lower() == "adaptive"
 
 
-class SavepointPolicy(_Model):
+class SavepointPolicy(SpecModel):
     retain: int = change(
         ChangeClass.IGNORE, "Savepoints kept per app; the one the app would restore from is never deleted, "
         "nor the rollback point of each of the newest `retain` commits that ran, nor a manual one.",
@@ -416,7 +285,7 @@ class SavepointPolicy(_Model):
     )
 
 
-class RecoverySpec(_Model):
+class RecoverySpec(SpecModel):
     grace_period: Duration = change(
         ChangeClass.IGNORE,
         "How long a job that Flink is restarting (RESTARTING, INITIALIZING, CREATED, RECONCILING, FAILING, or "
@@ -430,7 +299,7 @@ class RecoverySpec(_Model):
 TAKEOVER_KIND = "FlinkDeployment"
 
 
-class TakeoverSpec(_Model):
+class TakeoverSpec(SpecModel):
     from_: str = change(
         ChangeClass.IGNORE,
         "The Apache Flink Kubernetes Operator's resource this app takes over, as FlinkDeployment/<name> (in the "
@@ -457,7 +326,7 @@ class AutoscaleMode(StrEnum):
     COMMIT = "commit"  # write that change as a commit to Git, then apply it like any push
 
 
-class AutoscaleCommit(_Model):
+class AutoscaleCommit(SpecModel):
     branch: str | None = change(
         ChangeClass.IGNORE, "Push the autoscale commit to this branch (for a pull request) instead of the tracked "
         "branch, e.g. 'autoscale/<app>'. The branch is rewritten with each new proposal.", default=None,
@@ -472,7 +341,7 @@ class AutoscaleCommit(_Model):
         return v
 
 
-class AutoscaleSpec(_Model):
+class AutoscaleSpec(SpecModel):
     """Autoscaling from Flink's own metrics, with Git the truth: a decision is a recommendation or a commit."""
 
     mode: AutoscaleMode = change(
@@ -525,7 +394,7 @@ class AutoscaleSpec(_Model):
         return self
 
 
-class AppSpec(_Model):
+class AppSpec(SpecModel):
     flink_version: str = change(ChangeClass.UPGRADE, "Flink version, e.g. '2.3'.", default="2.3")
     image: str | None = change(ChangeClass.UPGRADE, "Container image (kubernetes runtime).", default=None)
     runtime: RuntimeHints = change(ChangeClass.REDEPLOY, "Runtime hints.", default=RuntimeHints())
@@ -626,7 +495,7 @@ class AppSpec(_Model):
 GENERATION_SUFFIX_RE = re.compile(r"-g[0-9a-f]{8}$")  # <app>-g<gen>-*: a standby's objects (k8s_render)
 
 
-class Metadata(_Model):
+class Metadata(SpecModel):
     name: str = change(ChangeClass.IGNORE, "App name: a DNS-1123 label, unique in the repository; not ending in "
                        "`-g` and 8 hex digits (a warm standby's generation suffix).")
     namespace: str = change(ChangeClass.REDEPLOY, "Kubernetes namespace.", default="default")
@@ -659,7 +528,7 @@ def content_hash(spec: dict[str, Any]) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-class FlinkApp(_Model):
+class FlinkApp(SpecModel):
     """One Flink application, as written in Git."""
 
     api_version: Literal["flink-reconciler.io/v1alpha1"] = Field(
@@ -684,3 +553,15 @@ class FlinkApp(_Model):
         Built on each call (10 us), never kept: kept with every loaded spec it was a third of a daemon's
         memory at 10,000 apps (bench/scale_bench.py)."""
         return self.model_dump(mode="json", by_alias=True)
+
+
+__all__ = [  # with the names of fields.py, which callers import from here
+    "ADAPTIVE_SCHEDULER_KEY", "API_VERSION", "FLINK_KEY_RE", "GENERATION_SUFFIX_RE", "KIND", "MAX_DURATION",
+    "MAX_FLINK_KEY_LENGTH", "MAX_NAME_LENGTH", "MAX_NONCE", "NAME_RE", "SUBDOMAIN_RE", "TAKEOVER_KIND", "AppSpec",
+    "AutoscaleCommit", "AutoscaleMode", "AutoscaleSpec", "ChangeClass", "ChangeClassJSON", "ClusterStrategy",
+    "Deadlines", "DeletionPolicy", "Duration", "FlinkApp", "HighAvailability", "JobManagerSpec", "JobSpec",
+    "JobState", "MemorySize", "Metadata", "RecoverySpec", "Resources", "RuntimeHints", "RuntimeType",
+    "SavepointPolicy", "SpecModel", "TakeoverSpec", "TaskManagerSpec", "UpgradeMode", "UpgradeSpec",
+    "VolumeClaimTemplate", "change", "content_hash", "format_duration", "parse_duration", "repo_jar_path",
+    "uses_adaptive_scheduler", "valid_name",
+]

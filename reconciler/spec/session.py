@@ -17,9 +17,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from reconciler.spec.fields import ChangeClass, SpecModel, change
 from reconciler.spec.model import (
     AppSpec,
-    ChangeClass,
     FlinkApp,
     HighAvailability,
     JobManagerSpec,
@@ -27,8 +27,6 @@ from reconciler.spec.model import (
     Metadata,
     RuntimeHints,
     TaskManagerSpec,
-    _Model,
-    change,
     content_hash,
 )
 
@@ -46,7 +44,7 @@ def alias(field: str) -> str:
     return AppSpec.model_fields[field].alias or field
 
 
-class CapacitySpec(_Model):
+class CapacitySpec(SpecModel):
     """What happens when the running jobs of a session cluster's apps need more task slots than
     `taskManager.replicas x slots`: refused (the default), or more TaskManagers, up to a ceiling."""
 
@@ -69,7 +67,7 @@ class CapacitySpec(_Model):
         return self
 
 
-class SessionClusterSpec(_Model):
+class SessionClusterSpec(SpecModel):
     """The cluster half of a FlinkApp's spec (see AppSpec for what each field does)."""
 
     flink_version: str = change(ChangeClass.UPGRADE, "Flink version, e.g. '2.3'.", default="2.3")
@@ -119,7 +117,7 @@ class SessionClusterSpec(_Model):
         return self.task_manager.replicas * self.task_manager.slots
 
 
-class FlinkSessionCluster(_Model):
+class FlinkSessionCluster(SpecModel):
     """One shared Flink cluster, as written in Git."""
 
     api_version: Literal["flink-reconciler.io/v1alpha1"] = Field(

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.source.git import GitSource, _merge_lines
+from reconciler.source.git import GitSource
+from reconciler.source.git_text import merge_lines
 from tests.source.gitrepo import Upstream, git
 
 
@@ -80,12 +81,12 @@ def test_a_force_push_back_to_an_older_commit_is_still_seen(up: Upstream, tmp_pa
 def test_merge_lines_replaces_in_place_appends_and_keeps_other_keys() -> None:
     lines = ["flink-reconciler/a: pending - x", "flink-reconciler/ab: success - y",
              'flink-reconciler-lineage/a: {"at": "t"}', "flink-reconciler/a: stale duplicate"]
-    merged = _merge_lines(lines, [("flink-reconciler/a", "flink-reconciler/a: success - z"),
+    merged = merge_lines(lines, [("flink-reconciler/a", "flink-reconciler/a: success - z"),
                                   ("flink-reconciler/c", "flink-reconciler/c: error - w"),
                                   ("flink-reconciler/a", "flink-reconciler/a: failure - last wins")])
     assert merged == ["flink-reconciler/a: failure - last wins", "flink-reconciler/ab: success - y",
                       'flink-reconciler-lineage/a: {"at": "t"}', "flink-reconciler/c: error - w"]
-    assert _merge_lines(lines, []) == lines
+    assert merge_lines(lines, []) == lines
 
 
 def test_twenty_thousand_statuses_are_written_in_linear_time(up: Upstream, tmp_path: Path) -> None:
