@@ -59,9 +59,10 @@ def add_schema(sub: Subparsers) -> None:
 
 
 def add_import(sub: Subparsers) -> None:
-    im = sub.add_parser("import", help="convert Flink Kubernetes Operator FlinkDeployments into FlinkApp specs",
-                        description="Convert flink.apache.org/v1beta1 FlinkDeployment documents (application mode; "
-                                    "as `kubectl get flinkdeployment -o yaml` prints them) into FlinkApp specs, "
+    im = sub.add_parser("import", help="convert Flink Kubernetes Operator resources into FlinkApp specs",
+                        description="Convert flink.apache.org/v1beta1 FlinkDeployment and FlinkSessionJob "
+                                    "documents (as `kubectl get ... -o yaml` prints them) into FlinkApp specs "
+                                    "(a session-mode FlinkDeployment into a FlinkSessionCluster), "
                                     "each value commented with the field it came from. Exit 0 when every "
                                     "document runs the same under flink-reconciler, 1 when anything was not "
                                     "imported or would run differently (each listed with the reason). See "
