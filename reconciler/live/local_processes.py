@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from reconciler.clock import Clock
-from reconciler.errors import DeadlineExceededError, RuntimeProvisionError
+from reconciler.errors import DeadlineExceededError, ObserveError, RuntimeProvisionError
 from reconciler.live.flink import FlinkRestClient, FlinkRestError
 from reconciler.live.local_config import (
     BASH_UTILS,
@@ -28,6 +28,7 @@ from reconciler.live.local_config import (
     JM_ENTRY,
     LOG4J_PROPERTIES,
     LOOPBACK,
+    SLOTS,
     TM_ENTRY,
     ClusterPaths,
     ClusterRecord,
@@ -62,9 +63,19 @@ class JvmProcesses:
         def _paths(self, rec: ClusterRecord) -> ClusterPaths: ...
         def _write_record(self, rec: ClusterRecord, slot: str = "cluster") -> None: ...
         def _client(self, url: str, *, timeout: float = 10.0) -> FlinkRestClient: ...
+        def read_record(self, app: str, slot: str = "cluster") -> ClusterRecord | None: ...
+        def _remove(self, app: str, slot: str, deadline: float) -> None: ...
 
     def _start(self, app: FlinkApp, config_hash: str, deadline: float, *, generation: str = "",
                slot: str = "cluster") -> ClusterRecord:
+        # A cluster of another slot in the same directories (the retired cold cluster of a warm upgrade that was
+        # interrupted, when the live one is now started cold): it goes first, JVMs and files, or removing it later
+        # would delete this cluster's configuration under its running JVMs.
+        for other in SLOTS:
+            with contextlib.suppress(ObserveError):  # unreadable: left alone, as everywhere
+                old = self.read_record(app.name, other) if other != slot else None
+                if old is not None and old.generation == generation:
+                    self._remove(app.name, other, deadline)
         p = self.paths(app.name, generation)
         shutil.rmtree(p.tmp, ignore_errors=True)
         for d in (p.conf, p.log, p.work, p.tmp, p.checkpoints, p.savepoints):

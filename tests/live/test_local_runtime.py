@@ -187,6 +187,37 @@ def test_config_change_restarts_the_cluster(env: Env) -> None:
     await_running(env.rt, APP, JOB)
 
 
+def test_a_cold_start_beside_a_retired_cluster_in_the_same_directories_removes_that_one_first(env: Env) -> None:
+    """A warm upgrade interrupted after its promotion leaves the old cold cluster retired, in clusters/<app>/; a
+    repair that starts the live cluster cold again uses the same directories. Found by the chaos soak: the retired
+    cluster's later removal deleted the new cluster's conf/, and no TaskManager could be restarted after that."""
+    flink = env.rt.flink(APP)
+    flink.cancel(JOB)
+    wait_until(lambda: flink.job(JOB).state == "CANCELED", timeout=30, what="cancel")
+    app = counter_app(APP, jar_uri=str(env.jar), rate=40,
+                      flink_configuration={"execution.checkpointing.interval": "2 s"})
+    env.rt.start_standby(app, generation="g1", deadline=env.deadline())
+    env.rt.promote_standby(APP, generation="g1", deadline=env.deadline())
+    retired = env.rt.read_record(APP, "retired")
+    assert retired is not None and retired.generation == "" and env.record().generation == "g1"
+    cold = counter_app(APP, jar_uri=str(env.jar), rate=40,
+                       flink_configuration={"execution.checkpointing.interval": "3 s"})
+    env.rt.ensure_cluster(cold, deadline=env.deadline())  # the live g1 is stopped; a new cluster starts in clusters/lr/
+    live = env.record()
+    assert live.generation == "" and env.rt.read_record(APP, "retired") is None
+    assert java_pids(retired.marker) == set()
+    env.rt.delete_retired(APP, deadline=env.deadline())  # what the leftover cleanup runs: nothing to delete now
+    assert (env.rt.paths(APP).conf / "config.yaml").is_file()
+    (tm,) = live.taskmanagers
+    os.kill(tm.pid, 9)
+    wait_until(lambda: not alive(tm.pid), timeout=10, what="killed TM gone")
+    env.rt.ensure_cluster(cold, deadline=env.deadline())  # a TaskManager restarts from that configuration
+    assert all(alive(t.pid) for t in env.record().taskmanagers) and env.record().cluster_id == live.cluster_id
+    env.rt.start_job(cold, job_id=JOB, jar=env.jar, restore_path=None, allow_non_restored_state=False,
+                     deadline=env.deadline())
+    await_running(env.rt, APP, JOB)
+
+
 def test_delete_kills_only_our_own_pids(env: Env) -> None:
     rec = env.record()
     ours = {rec.jobmanager.pid, *(t.pid for t in rec.taskmanagers)}
