@@ -97,7 +97,9 @@ def recovering(ctx: Ctx) -> AppPlan | None:
         return failed_before(ctx) or repair_guard(ctx, "jobmanager") or repair(ctx)
     if live.missing_processes and live.cluster is not ClusterPhase.FAILED and not gave_up:
         kind = repair_kind(live)
-        guard = repair_guard(ctx, kind)
+        runs_other = ctx.previous_canonical is not None and ctx.previous_canonical != ctx.desired_canonical
+        # The repair is recorded under the spec it applies (what runs), so its crash-loop window is counted there.
+        guard = repair_guard(ctx, kind, spec_hash=ctx.previous.spec_hash if runs_other and ctx.previous else None)
         if guard is not None:
             return guard
         ref = SpecRef.PREVIOUS if ctx.previous is not None else SpecRef.DESIRED  # what runs, not a new config
@@ -110,7 +112,7 @@ def recovering(ctx: Ctx) -> AppPlan | None:
             f"{', '.join(live.missing_processes)} not running: restarting it on the live cluster"
             + (f"; job {live.job_id} recovers from its latest checkpoint by itself" if live.job_id else ""),
             steps=tuple(steps), repair=kind)
-        if ctx.previous_canonical is not None and ctx.previous_canonical != ctx.desired_canonical:
+        if runs_other:
             # What this repair applies is what runs: a Git change waits for the next pass, which plans it as the
             # upgrade it is (recording the new spec as applied here would skip it for good).
             fixed = fixed.model_copy(update={"desired": ctx.previous_canonical, "diff": (),
@@ -133,11 +135,12 @@ def recovering(ctx: Ctx) -> AppPlan | None:
         "checkpoint or savepoint", repair="recovering")
 
 
-def repair_guard(ctx: Ctx, kind: str) -> AppPlan | None:
-    """No crash loops: repairs of one spec back off exponentially, and after too many within the window the app
-    is failed with Flink's last error and left alone until Git changes (a fix, or a restartNonce bump)."""
+def repair_guard(ctx: Ctx, kind: str, *, spec_hash: str | None = None) -> AppPlan | None:
+    """No crash loops: repairs of one spec (`spec_hash`, by default the desired one) back off exponentially, and
+    after too many within the window the app is failed with Flink's last error and left alone until Git changes
+    (a fix, or a restartNonce bump)."""
     rec = ctx.inp.records.get(ctx.name)
-    if rec is None or rec.repairs_spec_hash != ctx.desired.spec_hash:
+    if rec is None or rec.repairs_spec_hash != (spec_hash or ctx.desired.spec_hash):
         return None
     pol = ctx.inp.policy
     recent = sorted(t for t in rec.repairs if ctx.inp.now - t <= pol.repair_window)

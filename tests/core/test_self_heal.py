@@ -147,6 +147,20 @@ def test_a_dead_taskmanager_is_restarted_at_the_spec_that_runs_not_a_new_one() -
     assert not p.diff
 
 
+def test_repairs_of_the_spec_that_runs_count_for_the_crash_loop_while_git_has_a_newer_one() -> None:
+    """A TaskManager that cannot be restarted (its configuration gone) while a newer spec waits in Git: each repair
+    is recorded under the spec that runs, and the guard counts them there. Found by the chaos soak: the guard
+    compared them with the desired spec, found none, and the repair ran on every pass (177 times)."""
+    dead_tm = live(cluster=ClusterPhase.STARTING, missing=("taskmanager-0",))
+    five = rec(repairs=tuple(timedelta(minutes=m) for m in (9, 7, 5, 3, 1)))
+    assert five.repairs_spec_hash == H  # recorded under P1, what runs
+    p = plan(inp([P2], [P1], [dead_tm], [five])).app("orders")
+    assert p.action is Action.BLOCKED and p.reason.startswith("crash loop: 5 automatic repairs"), p.reason
+    one = rec(repairs=(timedelta(seconds=2),))
+    p = plan(inp([P2], [P1], [dead_tm], [one])).app("orders")
+    assert p.action is Action.NOOP and "backoff" in p.reason, p.reason
+
+
 def test_the_policy_sets_the_crash_loop_limits() -> None:
     two = Policy(repair_max_attempts=2, repair_window=timedelta(minutes=1), repair_backoff=timedelta(seconds=1))
     failing = live(state="FAILED", ckpt_age=timedelta(seconds=5))
