@@ -39,7 +39,15 @@ from typing import Any
 from reconciler.clock import Clock
 from reconciler.core.observed import Checkpoint, ClusterPhase
 from reconciler.core.plan import spec_hash
-from reconciler.errors import DeadlineExceededError, ObserveError, PermanentStepError, ReconcilerError
+from reconciler.errors import (
+    DeadlineExceededError,
+    JobManagerGoneError,
+    ObserveError,
+    PermanentStepError,
+    ReconcilerError,
+    RuntimeProvisionError,
+    TransientStepError,
+)
 from reconciler.live.flink import FlinkRestClient, FlinkRestError
 from reconciler.live.local_config import (
     MARKER_PROPERTY,
@@ -359,9 +367,20 @@ class LocalRuntime(LocalStandby, JvmProcesses):
                 self._stop_procs(rec, [*rec.taskmanagers, rec.jobmanager], deadline)
                 self._drop_client(rec.rest_url)
                 rec = None
+        started = rec is None
         if rec is None:
             rec = self._start(app, want, deadline)
-        self._await_ready(rec, deadline)
+        try:
+            self._await_ready(rec, deadline)
+        except RuntimeProvisionError as e:
+            if started:  # JVMs this call started with this spec's configuration: the spec's failure
+                raise
+            # The running cluster, only matched to a TaskManager count, lost a process meanwhile: a kill, not this
+            # spec's doing. A TaskManager comes back on the next attempt; a JobManager takes its jobs with it.
+            if not self._alive(rec.jobmanager.pid, rec.marker):
+                raise JobManagerGoneError(f"{e}; it was the JobManager of the running cluster, which nothing "
+                                          "restarts: its jobs are gone with it") from e
+            raise TransientStepError(f"{e} (a process of the running cluster; restarted on the next attempt)") from e
         new_hash = spec_hash(app.canonical())
         if rec.spec_hash != new_hash:
             rec = rec.model_copy(update={"spec_hash": new_hash})

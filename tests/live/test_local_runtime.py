@@ -7,15 +7,16 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from reconciler.core.observed import ClusterPhase, JobPhase, job_phase
-from reconciler.errors import DeadlineExceededError, PermanentStepError, RuntimeProvisionError
+from reconciler.errors import DeadlineExceededError, JobManagerGoneError, PermanentStepError, RuntimeProvisionError
 from reconciler.live.local import LocalRuntime
-from reconciler.live.local_config import ClusterRecord, ProcRecord
+from reconciler.live.local_config import ClusterRecord, ProcRecord, cluster_config_hash
 from reconciler.spec.model import FlinkApp
 from tests.fixtures.flink import REPO_ROOT, counter_app, counter_output_dir, read_counts, teardown_runtime, wait_until
 
@@ -213,6 +214,33 @@ def test_a_cold_start_beside_a_retired_cluster_in_the_same_directories_removes_t
     wait_until(lambda: not alive(tm.pid), timeout=10, what="killed TM gone")
     env.rt.ensure_cluster(cold, deadline=env.deadline())  # a TaskManager restarts from that configuration
     assert all(alive(t.pid) for t in env.record().taskmanagers) and env.record().cluster_id == live.cluster_id
+    env.rt.start_job(cold, job_id=JOB, jar=env.jar, restore_path=None, allow_non_restored_state=False,
+                     deadline=env.deadline())
+    await_running(env.rt, APP, JOB)
+
+
+def test_a_process_of_the_running_cluster_killed_while_ensure_scales_it_is_a_fault_not_the_specs_failure(
+        env: Env) -> None:
+    """ensure_cluster on a running cluster only matches its TaskManager count; a kill -9 meanwhile is not this spec's
+    doing. Found by the chaos soak: the JobManager killed as an upgrade's EnsureCluster waited for a new
+    TaskManager failed the step like a bad config, and the upgrade was rolled back, then never tried again."""
+    cold = counter_app(APP, jar_uri=str(env.jar), rate=40,
+                       flink_configuration={"execution.checkpointing.interval": "3 s"})
+    env.rt.ensure_cluster(cold, deadline=env.deadline())  # this configuration, whatever ran before
+    base = env.record()
+    replicas = len(base.taskmanagers)
+    more = counter_app(APP, jar_uri=str(env.jar), rate=40, replicas=replicas + 1,
+                       flink_configuration={"execution.checkpointing.interval": "3 s"})
+    assert cluster_config_hash(more, env.rt.dist.version) == base.config_hash, "only the TaskManager count differs"
+    killer = threading.Timer(1.0, lambda: os.kill(base.jobmanager.pid, 9))
+    killer.start()
+    try:
+        with pytest.raises(JobManagerGoneError, match="JobManager of the running cluster"):
+            env.rt.ensure_cluster(more, deadline=env.deadline())
+    finally:
+        killer.cancel()
+    assert env.rt.observe(APP).phase is ClusterPhase.FAILED
+    env.rt.ensure_cluster(cold, deadline=env.deadline())  # a repair starts it again
     env.rt.start_job(cold, job_id=JOB, jar=env.jar, restore_path=None, allow_non_restored_state=False,
                      deadline=env.deadline())
     await_running(env.rt, APP, JOB)
