@@ -13,6 +13,7 @@ left behind by a failed submit (see FLINK_FACTS.md).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,6 +41,9 @@ from reconciler.live.ports import CheckpointStats, ClusterOverview, JobSummary, 
 # Submits run the job's main() inside the JobManager: give them more time than a status read.
 _SUBMIT_TIMEOUT_FLOOR = 60.0
 _JSON = "application/json"
+# Flink's StopWithSavepointStoppingException: "A savepoint has been created at: <path>, but the corresponding job
+# <id> failed during stopping. The savepoint is consistent, but might have uncommitted transactions."
+_SAVEPOINT_MADE = re.compile(r"A savepoint has been created at: (\S+?), but the corresponding job")
 
 _DUPLICATE_MARKERS = (
     "DuplicateJobSubmissionException", "DuplicateApplicationSubmissionException", "already been submitted",
@@ -283,6 +287,11 @@ class FlinkRestClient:
         failure = op.get("failure-cause")
         if failure:
             trace = str(failure.get("stack-trace") or failure.get("class") or failure)
+            # The job failed while stopping (a TaskManager killed then), *after* its savepoint completed: Flink
+            # names the savepoint, consistent and restorable (StopWithSavepointStoppingException). The stop took.
+            made = _SAVEPOINT_MADE.search(trace)
+            if made:
+                return SavepointStatus(done=True, location=made.group(1))
             first = summarize_stack(trace.split("\nCaused by:", 1)[0])
             deepest = summarize_stack(trace)
             text = first if first == deepest else f"{first} (caused by: {deepest})"
