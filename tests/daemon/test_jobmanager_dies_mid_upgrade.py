@@ -9,8 +9,9 @@ them, as the local runtime's does."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from reconciler.apply.journal import Journal
 from reconciler.clock import FakeClock
@@ -42,6 +43,49 @@ spec:
     jarURI: jobs/counter.jar
     parallelism: {parallelism}
 """
+
+
+RT = TypeVar("RT", bound=FakeRuntime)
+
+
+def dying_jobmanager(clock: FakeClock, savepoint_dir: str) -> DyingJobManager:
+    return DyingJobManager(clock, savepoint_dir=savepoint_dir, create_savepoint_dirs=True)
+
+
+def upgrade_world(tmp_path: Path, make: Callable[[FakeClock, str], RT]) -> tuple[RT, Reconciler, FakeClock]:
+    """`orders` applied at parallelism 1 and checkpointing for 10 s; parallelism 2 committed and fetched, not yet
+    applied. Real Git, the real pass, journal and executor over the runtime `make` builds."""
+    repo = Repo(tmp_path)
+    repo.write("jobs/counter.jar", b"not really a jar")
+    repo.write("apps/orders.yaml", spec(1))
+    repo.commit("orders")
+    clock = FakeClock()
+    runtime = make(clock, str(tmp_path / "savepoints"))
+    state = tmp_path / "state"
+    rec = Reconciler(source=GitSource(str(repo.origin), state / "git"), runtime=runtime,
+                     journal=Journal(state / "journal", clock), clock=clock, runtime_name="local")
+    rec.source.fetch()
+    assert rec.apply(rec.source.head()).results[APP].outcome is Outcome.SUCCESS
+    clock.sleep(10)
+    repo.write("apps/orders.yaml", spec(2))
+    repo.commit("orders at parallelism 2")
+    rec.source.fetch()
+    return runtime, rec, clock
+
+
+def kill_after_new_start(runtime: FakeRuntime, kill: Callable[[str], None]) -> Callable[..., str]:
+    """From now on, a start of the new spec (parallelism 2) kills a process of the app right after its submit.
+    Returns the start it wraps, to put back."""
+    start = runtime.start_job
+
+    def start_then_kill(app: FlinkApp, **kw: Any) -> str:
+        job = start(app, **kw)
+        if app.spec.job.parallelism == 2:
+            kill(APP)
+        return job
+
+    runtime.start_job = start_then_kill  # type: ignore[method-assign]
+    return start
 
 
 class DyingJobManager(FakeRuntime):
@@ -146,29 +190,8 @@ def test_a_jobmanager_killed_after_the_stop_interrupts_the_upgrade_instead_of_a_
         tmp_path: Path) -> None:
     """Killed once the new job was submitted: not rolled back onto the dead cluster, not "this spec already
     failed"; the next pass starts the new spec from the savepoint the stop took."""
-    repo = Repo(tmp_path)
-    repo.write("jobs/counter.jar", b"not really a jar")
-    repo.write("apps/orders.yaml", spec(1))
-    repo.commit("orders")
-    clock = FakeClock()
-    runtime = DyingJobManager(clock, savepoint_dir=str(tmp_path / "savepoints"), create_savepoint_dirs=True)
-    state = tmp_path / "state"
-    rec = Reconciler(source=GitSource(str(repo.origin), state / "git"), runtime=runtime,
-                     journal=Journal(state / "journal", clock), clock=clock, runtime_name="local")
-    rec.source.fetch()
-    assert rec.apply(rec.source.head()).results[APP].outcome is Outcome.SUCCESS
-    clock.sleep(10)
-    repo.write("apps/orders.yaml", spec(2))
-    repo.commit("orders at parallelism 2")
-    rec.source.fetch()
-    start = runtime.start_job
-
-    def start_then_die(app: FlinkApp, **kw: Any) -> str:
-        job = start(app, **kw)
-        runtime.kill_jobmanager(APP)
-        return job
-
-    runtime.start_job = start_then_die  # type: ignore[method-assign]
+    runtime, rec, clock = upgrade_world(tmp_path, dying_jobmanager)
+    start = kill_after_new_start(runtime, runtime.kill_jobmanager)
     t0 = clock.monotonic()
     upgrade = rec.apply(rec.source.head()).results[APP]
     assert upgrade.outcome is Outcome.FAILURE and upgrade.message.startswith("interrupted: wait until job"), upgrade
@@ -186,30 +209,8 @@ def test_a_jobmanager_killed_after_the_stop_interrupts_the_upgrade_instead_of_a_
 def test_a_second_jobmanager_death_under_the_same_spec_is_the_specs_failure_and_never_loops(tmp_path: Path) -> None:
     """A config that kills its JobManager after the start: interrupted once, then the usual failure path, and the
     next passes are repairs bounded by the crash-loop guard (core.heal.repair_guard), never another interruption."""
-    repo = Repo(tmp_path)
-    repo.write("jobs/counter.jar", b"not really a jar")
-    repo.write("apps/orders.yaml", spec(1))
-    repo.commit("orders")
-    clock = FakeClock()
-    runtime = DyingJobManager(clock, savepoint_dir=str(tmp_path / "savepoints"), create_savepoint_dirs=True)
-    state = tmp_path / "state"
-    rec = Reconciler(source=GitSource(str(repo.origin), state / "git"), runtime=runtime,
-                     journal=Journal(state / "journal", clock), clock=clock, runtime_name="local")
-    rec.source.fetch()
-    assert rec.apply(rec.source.head()).results[APP].outcome is Outcome.SUCCESS
-    clock.sleep(10)
-    repo.write("apps/orders.yaml", spec(2))
-    repo.commit("orders at parallelism 2")
-    rec.source.fetch()
-    start = runtime.start_job
-
-    def start_then_die(app: FlinkApp, **kw: Any) -> str:
-        job = start(app, **kw)
-        if app.spec.job.parallelism == 2:  # only the new spec kills its JobManager
-            runtime.kill_jobmanager(APP)
-        return job
-
-    runtime.start_job = start_then_die  # type: ignore[method-assign]
+    runtime, rec, _ = upgrade_world(tmp_path, dying_jobmanager)
+    kill_after_new_start(runtime, runtime.kill_jobmanager)  # only the new spec kills its JobManager
     first = rec.apply(rec.source.head()).results[APP]
     assert first.message.startswith("interrupted: "), first
     second = rec.apply(rec.source.head()).results[APP]
@@ -223,30 +224,8 @@ def test_a_second_jobmanager_death_under_the_same_spec_is_the_specs_failure_and_
 def test_a_runtime_that_restarts_processes_itself_rolls_back_as_before(tmp_path: Path) -> None:
     """On Kubernetes a FAILED JobManager after the start is crash-looping (its supervisor restarts a killed one):
     the spec's failure, rolled back at once, never an interruption."""
-    repo = Repo(tmp_path)
-    repo.write("jobs/counter.jar", b"not really a jar")
-    repo.write("apps/orders.yaml", spec(1))
-    repo.commit("orders")
-    clock = FakeClock()
-    runtime = DyingJobManager(clock, savepoint_dir=str(tmp_path / "savepoints"), create_savepoint_dirs=True)
+    runtime, rec, _ = upgrade_world(tmp_path, dying_jobmanager)
     runtime.restarts_processes = True
-    state = tmp_path / "state"
-    rec = Reconciler(source=GitSource(str(repo.origin), state / "git"), runtime=runtime,
-                     journal=Journal(state / "journal", clock), clock=clock, runtime_name="local")
-    rec.source.fetch()
-    assert rec.apply(rec.source.head()).results[APP].outcome is Outcome.SUCCESS
-    clock.sleep(10)
-    repo.write("apps/orders.yaml", spec(2))
-    repo.commit("orders at parallelism 2")
-    rec.source.fetch()
-    start = runtime.start_job
-
-    def start_then_die(app: FlinkApp, **kw: Any) -> str:
-        job = start(app, **kw)
-        if app.spec.job.parallelism == 2:
-            runtime.kill_jobmanager(APP)
-        return job
-
-    runtime.start_job = start_then_die  # type: ignore[method-assign]
+    kill_after_new_start(runtime, runtime.kill_jobmanager)
     upgrade = rec.apply(rec.source.head()).results[APP]
     assert upgrade.outcome is Outcome.FAILURE and not upgrade.message.startswith("interrupted"), upgrade

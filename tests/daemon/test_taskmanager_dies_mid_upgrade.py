@@ -12,17 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from reconciler.apply.journal import Journal
 from reconciler.clock import FakeClock
 from reconciler.core.observed import ClusterPhase, Outcome
 from reconciler.core.plan import spec_hash
 from reconciler.live.ports import ClusterInfo
 from reconciler.service.reconcile import Reconciler
-from reconciler.source.git import GitSource
 from reconciler.spec.model import FlinkApp
 from tests.apply.fakes import TERMINAL, FakeFlink, FakeJob, FakeRuntime
-from tests.daemon.test_jobmanager_dies_mid_upgrade import APP, spec
-from tests.gitutil import Repo
+from tests.daemon.test_jobmanager_dies_mid_upgrade import APP, kill_after_new_start, upgrade_world
 
 
 class DyingTaskManager(FakeRuntime):
@@ -80,37 +77,16 @@ class DyingTaskManager(FakeRuntime):
         return job
 
 
-def _world(tmp_path: Path) -> tuple[Repo, DyingTaskManager, Reconciler, FakeClock]:
-    repo = Repo(tmp_path)
-    repo.write("jobs/counter.jar", b"not really a jar")
-    repo.write("apps/orders.yaml", spec(1))
-    repo.commit("orders")
-    clock = FakeClock()
-    runtime = DyingTaskManager(clock, savepoint_dir=str(tmp_path / "savepoints"), create_savepoint_dirs=True)
-    state = tmp_path / "state"
-    rec = Reconciler(source=GitSource(str(repo.origin), state / "git"), runtime=runtime,
-                     journal=Journal(state / "journal", clock), clock=clock, runtime_name="local")
-    rec.source.fetch()
-    assert rec.apply(rec.source.head()).results[APP].outcome is Outcome.SUCCESS
-    clock.sleep(10)
-    repo.write("apps/orders.yaml", spec(2))
-    repo.commit("orders at parallelism 2")
-    rec.source.fetch()
-    start = runtime.start_job
-
-    def start_then_kill(app: FlinkApp, **kw: Any) -> str:
-        job = start(app, **kw)
-        if app.spec.job.parallelism == 2:
-            runtime.kill_taskmanager(APP)
-        return job
-
-    runtime.start_job = start_then_kill  # type: ignore[method-assign]
-    return repo, runtime, rec, clock
+def _world(tmp_path: Path) -> tuple[DyingTaskManager, Reconciler, FakeClock]:
+    runtime, rec, clock = upgrade_world(
+        tmp_path, lambda c, d: DyingTaskManager(c, savepoint_dir=d, create_savepoint_dirs=True))
+    kill_after_new_start(runtime, runtime.kill_taskmanager)
+    return runtime, rec, clock
 
 
 def test_a_taskmanager_killed_as_the_new_job_starts_is_restarted_by_the_step_and_the_upgrade_completes(
         tmp_path: Path) -> None:
-    _, runtime, rec, clock = _world(tmp_path)
+    runtime, rec, clock = _world(tmp_path)
     t0 = clock.monotonic()
     upgrade = rec.apply(rec.source.head()).results[APP]
     assert upgrade.outcome is Outcome.SUCCESS, upgrade
@@ -123,7 +99,7 @@ def test_a_taskmanager_killed_as_the_new_job_starts_is_restarted_by_the_step_and
 
 def test_a_taskmanager_that_cannot_be_restarted_fails_the_upgrade_and_the_new_job_is_cancelled_first(
         tmp_path: Path) -> None:
-    _, runtime, rec, _ = _world(tmp_path)
+    runtime, rec, _ = _world(tmp_path)
     runtime.restartable = False
     upgrade = rec.apply(rec.source.head()).results[APP]
     assert upgrade.outcome is Outcome.FAILURE and "rolled back" not in upgrade.message, upgrade
