@@ -33,6 +33,13 @@ SETTINGS_EPILOG = ("Flags override FLINK_RECONCILER_<SETTING> environment variab
                    "FLINK_RECONCILER_CONFIG file; every setting is listed in docs/daemon.md.")
 
 
+REPO_HELP = "Git repository: a path or URL (default: FLINK_RECONCILER_REPO_URL)"
+
+
+def output_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--output", choices=["table", "json"], default="table", help="output format (default: %(default)s)")
+
+
 def runtime_flags(p: argparse.ArgumentParser, *, repo: bool = True) -> None:
     p.add_argument("--state-dir", type=Path, default=None,
                    help="records, local clusters, savepoints and the Git cache (default: .state)")

@@ -16,6 +16,7 @@ from reconciler.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
     PATH_HELP,
+    REPO_HELP,
     SETTINGS_EPILOG,
     Subparsers,
     env_bool,
@@ -72,7 +73,7 @@ def add_plan(sub: Subparsers) -> None:
 def add_apply(sub: Subparsers) -> None:
     ap = sub.add_parser("apply", help="plan a revision against the live state and execute it",
                         epilog=SETTINGS_EPILOG)
-    ap.add_argument("--repo", help="Git repository: a path or URL (default: FLINK_RECONCILER_REPO_URL)")
+    ap.add_argument("--repo", help=REPO_HELP)
     ap.add_argument("--rev", default=None, help="revision to apply (default: the branch tip)")
     ap.add_argument("--plan", type=Path, help="execute exactly this saved plan from `plan --live --out` "
                                               "(default: plan --rev now)")

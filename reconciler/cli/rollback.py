@@ -10,6 +10,7 @@ from reconciler.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
     PATH_HELP,
+    REPO_HELP,
     SETTINGS_EPILOG,
     Subparsers,
     reconciler_for,
@@ -31,7 +32,7 @@ def add_rollback(sub: Subparsers) -> None:
                         epilog=SETTINGS_EPILOG)
     rb.add_argument("app", help="the app's metadata.name")
     rb.add_argument("--to", required=True, metavar="REV", help="the commit to go back to (sha, tag, main~2, ...)")
-    rb.add_argument("--repo", help="Git repository: a path or URL (default: FLINK_RECONCILER_REPO_URL)")
+    rb.add_argument("--repo", help=REPO_HELP)
     rb.add_argument("--path", default=None, help=PATH_HELP)
     rb.add_argument("--apply", action="store_true",
                     help="execute the plan now; the branch tip is unchanged, so the next apply or daemon pass "

@@ -13,8 +13,10 @@ from reconciler.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
     PATH_HELP,
+    REPO_HELP,
     SETTINGS_EPILOG,
     Subparsers,
+    output_flag,
     reconciler_for,
     runtime_flags,
     settings_of,
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 def add_status(sub: Subparsers) -> None:
     st = sub.add_parser("status", help="one line per app: applied revision, job, last savepoint, outcome",
                         epilog=SETTINGS_EPILOG)
-    st.add_argument("--output", choices=["table", "json"], default="table", help="output format (default: %(default)s)")
+    output_flag(st)
     runtime_flags(st)
     st.set_defaults(func=cmd_status)
 
@@ -43,10 +45,10 @@ def add_scale_advice(sub: Subparsers) -> None:
                                     "and the numbers behind it (docs/autoscale.md). Changes nothing.",
                         epilog=SETTINGS_EPILOG)
     sa.add_argument("app", help="the app's metadata.name")
-    sa.add_argument("--repo", help="Git repository: a path or URL (default: FLINK_RECONCILER_REPO_URL)")
+    sa.add_argument("--repo", help=REPO_HELP)
     sa.add_argument("--seconds", type=float, default=15.0,
                     help="how long to measure, the window of this advice (default: %(default)s)")
-    sa.add_argument("--output", choices=["table", "json"], default="table", help="output format (default: %(default)s)")
+    output_flag(sa)
     runtime_flags(sa)
     sa.set_defaults(func=cmd_scale_advice)
 
@@ -54,7 +56,7 @@ def add_scale_advice(sub: Subparsers) -> None:
 def add_history(sub: Subparsers) -> None:
     hi = sub.add_parser("history", help="transitions and savepoints of one app", epilog=SETTINGS_EPILOG)
     hi.add_argument("app", help="the app's metadata.name")
-    hi.add_argument("--output", choices=["table", "json"], default="table", help="output format (default: %(default)s)")
+    output_flag(hi)
     runtime_flags(hi)
     hi.set_defaults(func=cmd_history)
 
