@@ -539,14 +539,7 @@ class Converter:
         if not jar.startswith(("local://", "http://", "https://")):
             self.note("spec.job.jarURI", f"{jar!r}: on Kubernetes the reconciler runs jars baked into the image "
                       "(local://) or fetched over http(s)://", True)
-        parallelism = job.get("parallelism")
-        p_src = "spec.job.parallelism"
-        if parallelism is None and "parallelism.default" in conf:
-            parallelism, p_src = conf["parallelism.default"]
-        p = as_int(parallelism, p_src) if parallelism is not None else 1
-        if p < 1:
-            raise UnimportableError(p_src, f"parallelism {p} must be at least 1")
-        conf.pop("parallelism.default", None)  # the renderer writes it from job.parallelism
+        parallelism, p, p_src = self._parallelism(job, conf)
         tm = spec.get("taskManager")
         tm_replicas = tm.get("replicas") if isinstance(tm, Mapping) else None
         if tm_replicas is not None:
@@ -573,6 +566,19 @@ class Converter:
         for key, value in OPERATOR_CONF_DEFAULTS.items():
             if key not in conf:
                 conf[key] = (value, "operator default")
+
+    def _parallelism(self, job: Mapping[str, Any], conf: dict[str, tuple[str, str]]) -> tuple[Any, int, str]:
+        """(as given or None, the parallelism, where it came from): the job's own, else the configuration's
+        parallelism.default (taken out of `conf`: the renderer writes it from job.parallelism), else Flink's 1."""
+        given = job.get("parallelism")
+        src = "spec.job.parallelism"
+        if given is None and "parallelism.default" in conf:
+            given, src = conf["parallelism.default"]
+        p = as_int(given, src) if given is not None else 1
+        if p < 1:
+            raise UnimportableError(src, f"parallelism {p} must be at least 1")
+        conf.pop("parallelism.default", None)
+        return given, p, src
 
     def _jar_uri(self, job: Mapping[str, Any]) -> str:
         jar = job.get("jarURI")

@@ -166,14 +166,7 @@ class SessionJobConverter(Converter):
             self.note("spec.job.jarURI", f"{jar!r}: the operator fetched it for the session cluster; "
                       "flink-reconciler uploads a jar it reads itself (a repository path, file:// on its host, "
                       "http(s)://) or runs one of the image's (local://)", True)
-        parallelism = job.get("parallelism")
-        p_src = "spec.job.parallelism"
-        if parallelism is None and "parallelism.default" in conf:
-            parallelism, p_src = conf["parallelism.default"]
-        p = as_int(parallelism, p_src) if parallelism is not None else 1
-        if p < 1:
-            raise UnimportableError(p_src, f"parallelism {p} must be at least 1")
-        conf.pop("parallelism.default", None)
+        parallelism, p, p_src = self._parallelism(job, conf)
         self.put(("spec", "job", "parallelism"), p, p_src if parallelism is not None else "Flink default (1)")
         mode = self._job_fields(spec, job)
         self._operator_options(conf)
