@@ -720,11 +720,12 @@ class Executor:
             # A stopping job processes nothing: this is downtime too, poll as for the start.
             self._wait(deadline, f"savepoint {trigger} of job {step.job_id}", interval=self.poll_interval / 4)
 
-    def _jobmanager_alive(self, run: _Run) -> None:
+    def _jobmanager_alive(self, run: _Run, *, new_spec_too: bool = False) -> None:
         """Raise JobManagerGoneError when the app's JobManager is dead and the app has no HA (kill -9 mid-upgrade):
         its jobs are gone with it, so waiting for a savepoint or a job until the step's deadline, then parking or
         rolling back onto that cluster, would keep the app down. The job's state is in its retained checkpoints."""
-        refs = [r for r, raw in ((SpecRef.PREVIOUS, run.plan.previous), (SpecRef.DESIRED, run.plan.desired)) if raw]
+        # HA of the spec the cluster may run: the previous one (the stop), or either once the new one may have started.
+        refs = [SpecRef.PREVIOUS, *([SpecRef.DESIRED] if new_spec_too and run.plan.desired else [])]
         if run.plan.previous is None or any(self._spec(run, r).spec.high_availability.enabled for r in refs):
             return
         try:
@@ -743,7 +744,7 @@ class Executor:
         if self.runtime.restarts_processes or isinstance(step, EnsureCluster | StartStandbyCluster |
                                                            StopWithSavepoint):
             return
-        self._jobmanager_alive(run)
+        self._jobmanager_alive(run, new_spec_too=True)
 
     def _restart_missing(self, run: _Run, waiting: str, *, default: SpecRef | None = None) -> None:
         """A step waiting for the job's tasks (a savepoint refused because they are not running; a new job waiting
