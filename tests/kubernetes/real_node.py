@@ -19,7 +19,7 @@ from typing import Any
 
 from kubernetes import client as k8s_client
 
-from reconciler.live.k8s_api import Kube, KubernetesApiError
+from reconciler.live.kubernetes.api import Kube, KubernetesApiError
 
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]

@@ -31,7 +31,7 @@ from typing import Any
 from dnslib import QTYPE, RCODE, RR, A, DNSRecord
 from dnslib.server import BaseResolver, DNSHandler, DNSServer
 
-from reconciler.live.k8s_api import Kube, KubernetesApiError, client_from_kubeconfig
+from reconciler.live.kubernetes.api import Kube, KubernetesApiError, client_from_kubeconfig
 
 log = logging.getLogger("node-lab")
 PV_LABEL = "node-lab.flink-reconciler.io/provisioned"
