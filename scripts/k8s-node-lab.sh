@@ -46,11 +46,17 @@ launch() {   # launch <name> <match> <cmd...>: start detached unless running; PI
   local name=$1 match=$2; shift 2
   if running "$name" "$match"; then echo "$name: running ($(pid_of "$name"))"; return 0; fi
   setsid nohup "$@" >>"$STATE/logs/$name.log" 2>&1 </dev/null &
-  echo "$name $!" >>"$STATE/pids"; echo "$name: started ($!)"
+  local pid=$!
+  { grep -v "^$name " "$STATE/pids" || true; echo "$name $pid"; } >"$STATE/pids.new"; mv "$STATE/pids.new" "$STATE/pids"
+  echo "$name: started ($pid)"
 }
 waitfor() { local what=$1 n=$2; shift 2; for _ in $(seq "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 1; done
   die "$what not ready after ${n}s (logs: $STATE/logs)"; }
 kctl() { "$BIN/kubectl" --kubeconfig "$KCFG" "$@"; }
+put() {   # put <file>: stdin into the file only when it differs (kube-proxy exits when its config file changes)
+  local tmp; tmp=$(mktemp); cat >"$tmp"
+  if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv "$tmp" "$1"; fi
+}
 etcd_bin() { if [ -x "$BIN/etcd" ]; then echo "$BIN/etcd"; elif [ -x "$BIN/lab-etcd" ]; then echo "$BIN/lab-etcd"; fi; }
 
 preflight() {
@@ -119,7 +125,7 @@ control_plane() {   # reuse a running API server, or start etcd + kube-apiserver
     kctl config set-credentials admin --client-certificate="$d/admin.crt" --client-key="$d/admin.key" --embed-certs=true >/dev/null
     kctl config set-context lab --cluster=lab --user=admin >/dev/null; kctl config use-context lab >/dev/null
   fi
-  cat >"$STATE/etcd.yaml" <<EOF
+  put "$STATE/etcd.yaml" <<EOF
 name: node-lab
 data-dir: $STATE/etcd
 listen-client-urls: http://127.0.0.1:2379
@@ -144,7 +150,7 @@ EOF
 
 containerd_up() {
   mkdir -p "$STATE/containerd" "$STATE/cni/net.d" "$RUN"
-  cat >"$STATE/containerd/config.toml" <<EOF
+  put "$STATE/containerd/config.toml" <<EOF
 version = 2
 root = "$STATE/containerd/root"
 state = "$RUN/containerd"
@@ -164,7 +170,7 @@ state = "$RUN/containerd"
     bin_dir = "/usr/lib/cni"
     conf_dir = "$STATE/cni/net.d"
 EOF
-  cat >"$STATE/cni/net.d/10-node-lab.conflist" <<EOF
+  put "$STATE/cni/net.d/10-node-lab.conflist" <<EOF
 {"cniVersion": "1.0.0", "name": "node-lab", "plugins": [
   {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
    "ipam": {"type": "host-local", "dataDir": "$STATE/cni/ipam", "ranges": [[{"subnet": "$POD_SUBNET", "gateway": "$BRIDGE_IP"}]],
@@ -204,7 +210,7 @@ EOF
 
 node_up() {
   mkdir -p "$STATE/kubelet" "$STATE/pod-logs" "$STATE/pv"
-  cat >"$STATE/kubelet.yaml" <<EOF
+  put "$STATE/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -227,7 +233,7 @@ containerRuntimeEndpoint: unix://$SOCK
 maxPods: 110
 EOF
   launch kubelet "$BIN/kubelet" "$BIN/kubelet" --config="$STATE/kubelet.yaml" --kubeconfig="$KCFG" \
-    --root-dir="$STATE/kubelet" --cert-dir="$STATE/kubelet/pki" --node-ip=127.0.0.1 --hostname-override="$NODE_NAME"
+    --root-dir="$STATE/kubelet" --cert-dir="$STATE/kubelet/pki" --node-ip="$BRIDGE_IP" --hostname-override="$NODE_NAME"
   launch kube-scheduler "$BIN/kube-scheduler" "$BIN/kube-scheduler" --kubeconfig="$KCFG" --leader-elect=false \
     --bind-address=127.0.0.1 --secure-port=10259
   local ctrls=deployment,replicaset,statefulset,endpointslice,endpoint,root-ca-cert-publisher,persistentvolume-binder,nodelifecycle,podgc,job
@@ -236,7 +242,7 @@ EOF
     --bind-address=127.0.0.1 --secure-port=10258 --leader-elect=false --controllers="$ctrls" \
     --use-service-account-credentials=false --service-account-private-key-file="$CP/certs/sa.key" \
     --root-ca-file="$CP/certs/ca.crt"
-  cat >"$STATE/kube-proxy.yaml" <<EOF
+  put "$STATE/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: nftables
@@ -246,7 +252,7 @@ clusterCIDR: 10.244.0.0/16
 bindAddress: 127.0.0.1
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
-nodePortAddresses: [127.0.0.1/32]
+nodePortAddresses: [$BRIDGE_IP/32]
 nftables: {masqueradeAll: true}
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 EOF
