@@ -231,12 +231,15 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}
 containerRuntimeEndpoint: unix://$SOCK
 maxPods: 110
+# CPU limits are not enforced (no CFS quota): pods request little CPU so that a small machine schedules an
+# upgrade's new pods beside the old ones, and their JVMs may use every core meanwhile. Memory limits are enforced.
+cpuCFSQuota: false
 EOF
   launch kubelet "$BIN/kubelet" "$BIN/kubelet" --config="$STATE/kubelet.yaml" --kubeconfig="$KCFG" \
     --root-dir="$STATE/kubelet" --cert-dir="$STATE/kubelet/pki" --node-ip="$BRIDGE_IP" --hostname-override="$NODE_NAME"
   launch kube-scheduler "$BIN/kube-scheduler" "$BIN/kube-scheduler" --kubeconfig="$KCFG" --leader-elect=false \
     --bind-address=127.0.0.1 --secure-port=10259
-  local ctrls=deployment,replicaset,statefulset,endpointslice,endpoint,root-ca-cert-publisher,persistentvolume-binder,nodelifecycle,podgc,job
+  local ctrls=deployment,replicaset,statefulset,endpointslice,endpoint,root-ca-cert-publisher,persistentvolume-binder,nodelifecycle,podgc,job,pvc-protection,pv-protection
   [ "$OWN_CP" = 1 ] && ctrls="$ctrls,garbagecollector,namespace,serviceaccount,serviceaccount-token"
   launch kube-controller-manager "$BIN/kube-controller-manager" "$BIN/kube-controller-manager" --kubeconfig="$KCFG" \
     --bind-address=127.0.0.1 --secure-port=10258 --leader-elect=false --controllers="$ctrls" \

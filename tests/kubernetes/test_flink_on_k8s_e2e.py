@@ -148,7 +148,10 @@ def app_spec(ns: str, *, rate: int = 100, entry_class: str = COUNTER_MAIN, name:
             "job": {"jarURI": "local:///opt/flink/usrlib/counter.jar", "entryClass": entry_class,
                     "args": ["--output-dir", f"/flink-data/{out}", "--keys", str(KEYS), "--rate", str(rate)],
                     "parallelism": 2},
-            "taskManager": {"replicas": 1, "slots": 2, "volumeClaimTemplates": [
+            # A quarter core per pod: a two-core lab node (scripts/k8s-node-lab.sh) schedules an upgrade's new pods
+            # while the old ones terminate (the process node ignores cpu).
+            "jobManager": {"resources": {"cpu": 0.25}},
+            "taskManager": {"replicas": 1, "slots": 2, "resources": {"cpu": 0.25}, "volumeClaimTemplates": [
                 {"name": "local-state", "mountPath": "/flink-local", "storage": "1Gi"}]},
             "flinkConfiguration": {
                 "execution.checkpointing.interval": "1 s",
@@ -167,7 +170,10 @@ def app_spec(ns: str, *, rate: int = 100, entry_class: str = COUNTER_MAIN, name:
                 "volumes": [{"name": "flink-data", "persistentVolumeClaim": {"claimName": CLAIM}}],
                 "containers": [{"name": r.MAIN_CONTAINER,
                                 "volumeMounts": [{"name": "flink-data", "mountPath": "/flink-data"}]}]}},
-            "deadlines": {"start": "30s", "savepoint": "60s", "healthy": "60s", "delete": "90s"},
+            # A real node starts a pod in 10-30 s on a loaded two-core machine (two JVMs per pod: BashJavaUtils,
+            # then Flink), against about 3 s for the process node's cached memory flags and warm page cache.
+            "deadlines": {"start": "150s" if KUBECONFIG else "30s", "savepoint": "60s",
+                          "healthy": "150s" if KUBECONFIG else "60s", "delete": "90s"},
         },
     })
 

@@ -35,7 +35,6 @@ from reconciler.service import sessions
 from reconciler.spec.load import LoadResult, load_files
 from reconciler.spec.model import FlinkApp
 from tests.fixtures.flink import COUNTER_MAIN, read_counts, wait_until
-from tests.kubernetes.conftest import KUBECONFIG
 from tests.kubernetes.standin import Standin
 from tests.kubernetes.test_flink_on_k8s_e2e import CLAIM, IMAGE, K8sWorld, k8s_world
 
@@ -171,8 +170,6 @@ class SessionWorld:
 @pytest.fixture(scope="module")
 def world(_standin: Standin | None, flink_home: Path, counter_jar: Path,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionWorld]:
-    if KUBECONFIG:
-        pytest.skip("needs the stand-in: the process node's pods are reached through its service proxy")
     with k8s_world(_standin, flink_home, counter_jar, tmp_path_factory.mktemp("k8s-session"), ns_prefix="fr-ss",
                    poll_interval=0.3) as w:
         sw = SessionWorld(w, SessionRuntime(w.runtime), counter_jar)
