@@ -14,7 +14,9 @@
 # layout of a lab started before: certs/ca.{crt,key}, admin.kubeconfig) it is reused; otherwise etcd,
 # kube-apiserver and kube-controller-manager are started from the binaries with a new CA in that directory.
 #
-# `up` is idempotent (starts what is not running). `down` stops only what `up` started (PIDs in its state
+# `up` is idempotent (starts what is not running). K8S_NODE_LAB_DEDICATED=1 taints the node
+# node-lab.flink-reconciler.io/dedicated:NoSchedule: on a control plane others use too, only pods that tolerate
+# it (the e2e apps do) run on it. `down` stops only what `up` started (PIDs in its state
 # directory), kills the pods' containers, and restores the host: sysctls, nft tables, mounts, the cni0 bridge,
 # kubelet's cgroups and directories; the Node object and the lab's PVs are deleted. The containerd image store
 # lives in the state directory and goes with it (images are re-imported after the next `up`).
@@ -37,6 +39,7 @@ HOSTDIRS="/var/log/containers /var/log/pods /var/lib/cni /run/netns /etc/cni"
 SOCK=$RUN/containerd.sock
 KCFG=$CP/admin.kubeconfig
 NODE_NAME=$(hostname)
+TAINT=node-lab.flink-reconciler.io/dedicated   # K8S_NODE_LAB_DEDICATED=1: other API users' pods stay Pending
 
 die() { echo "k8s-node-lab: $*" >&2; exit 1; }
 ours() { [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -q -- "$2"; }
@@ -264,7 +267,10 @@ EOF
     --kubeconfig "$KCFG" --bridge-ip "$BRIDGE_IP" --pv-root "$STATE/pv" --ca "$CP/certs/ca.crt"
   waitfor "node $NODE_NAME Ready" 90 sh -c "'$BIN/kubectl' --kubeconfig '$KCFG' get node '$NODE_NAME' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
   waitfor "node $NODE_NAME untainted" 60 sh -c "! '$BIN/kubectl' --kubeconfig '$KCFG' get node '$NODE_NAME' -o jsonpath='{.spec.taints}' | grep -q not-ready"
-  waitfor "cluster DNS" 30 sh -c "'$PY' -c 'import socket; socket.create_connection((\"$BRIDGE_IP\", 6443), 2)'"
+  if [ "${K8S_NODE_LAB_DEDICATED:-0}" = 1 ]; then   # only pods that tolerate it (the e2e apps do) run here
+    kctl taint node "$NODE_NAME" "$TAINT=true:NoSchedule" --overwrite >/dev/null
+  else kctl taint node "$NODE_NAME" "$TAINT-" >/dev/null 2>&1 || true; fi
+  waitfor "the API server on the bridge" 30 sh -c "'$PY' -c 'import socket; socket.create_connection((\"$BRIDGE_IP\", 6443), 2)'"
 }
 
 up() {

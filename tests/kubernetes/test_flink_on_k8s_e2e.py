@@ -137,6 +137,10 @@ class PreGenerationRuntime(KubernetesRuntime):
         return objs
 
 
+# The node lab's taint when it is dedicated to these tests (scripts/k8s-node-lab.sh, K8S_NODE_LAB_DEDICATED=1).
+LAB_TOLERATION = {"key": "node-lab.flink-reconciler.io/dedicated", "operator": "Exists", "effect": "NoSchedule"}
+
+
 def app_spec(ns: str, *, rate: int = 100, entry_class: str = COUNTER_MAIN, name: str = APP,
              out: str = "out") -> FlinkApp:
     """The app as a user would write it for Kubernetes, minus highAvailability (see above)."""
@@ -167,6 +171,7 @@ def app_spec(ns: str, *, rate: int = 100, entry_class: str = COUNTER_MAIN, name:
                 "heartbeat.timeout": "10 s",
             },
             "podTemplate": {"spec": {
+                "tolerations": [LAB_TOLERATION],
                 "volumes": [{"name": "flink-data", "persistentVolumeClaim": {"claimName": CLAIM}}],
                 "containers": [{"name": r.MAIN_CONTAINER,
                                 "volumeMounts": [{"name": "flink-data", "mountPath": "/flink-data"}]}]}},
@@ -464,7 +469,7 @@ from reconciler.clock import SystemClock
 from reconciler.core.plan import AppPlan
 from tests.kubernetes.test_flink_on_k8s_e2e import NoHaRuleRuntime
 doc = json.load(open(sys.argv[1]))
-if doc["kubeconfig"]:
+if doc.get("kubeconfig"):
     api = k8s_config.new_client_from_config(config_file=doc["kubeconfig"])
 else:
     cfg = k8s_client.Configuration()
