@@ -101,8 +101,9 @@ case $cmd in
   help) usage ;;
   jobmanager)
     dynamic_properties
-    launch jobmanager JM org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint \
-      --executionMode cluster "$@" ;;
+    # No `--executionMode cluster` (Flink 1.x's jobmanager.sh passed it): Flink 2's entry point parser does not
+    # know it and stops there, ignoring every -D after it (a session JobManager's HA identity, found on a real node)
+    launch jobmanager JM org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint "$@" ;;
   standalone-job)
     dynamic_properties
     launch jobmanager JM org.apache.flink.container.entrypoint.StandaloneApplicationClusterEntryPoint "$@" ;;
