@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 from reconciler.apply.journal import Journal
 from reconciler.core.plan import SuspendOperatorDeployment
-from reconciler.core.takeover import suspension
 from reconciler.errors import PermanentStepError
 from reconciler.live.ports import OperatorTakeover
+from reconciler.operator_migration.status import suspension
 
 
 def suspend_operator(port: OperatorTakeover, journal: Journal, app: str, revision: str,

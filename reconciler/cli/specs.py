@@ -218,9 +218,9 @@ def schema_json(kind: str = "FlinkApp") -> str:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from reconciler import cli_import
+    from reconciler.cli import operator_import
 
-    return cli_import.run(args.source, args.out, force=args.force, output=args.output, stdin=sys.stdin,
+    return operator_import.run(args.source, args.out, force=args.force, output=args.output, stdin=sys.stdin,
                           stdout=sys.stdout, stderr=sys.stderr)
 
 

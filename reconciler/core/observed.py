@@ -83,7 +83,7 @@ class OperatorDeployment(Frozen):
     job_state: str | None = None  # its spec.job.state (running | suspended), restored if a suspend is undone
     upgrade_mode: str | None = None  # its spec.job.upgradeMode, likewise
     lifecycle: str | None = None  # status.lifecycleState
-    refusal: str | None = None  # why it must not be taken over now (core.takeover.takeover_refusal)
+    refusal: str | None = None  # why it must not be taken over now (operator_migration.status.takeover_refusal)
     unreadable: str | None = None  # the FlinkDeployments could not be listed: why
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from reconciler.core.operator_documents import import_document, import_documents
-from reconciler.core.operator_import import Imported, memory_bytes
+from reconciler.operator_migration.application import Imported, memory_bytes
+from reconciler.operator_migration.documents import import_document, import_documents
 from reconciler.spec.model import FlinkApp
 from reconciler.spec.session import FlinkSessionCluster
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.core.operator_documents import import_documents, import_groups
-from reconciler.core.operator_import import Imported
+from reconciler.operator_migration.application import Imported
+from reconciler.operator_migration.documents import import_documents, import_groups
 from reconciler.spec.model import FlinkApp
 from reconciler.spec.session import FlinkSessionCluster
 

@@ -23,7 +23,7 @@ from reconciler.core.plan import (
 )
 from reconciler.core.planner import PlanInput, plan
 from reconciler.core.render import to_text as render_text
-from reconciler.core.takeover import operator_view, suspension, takeover_refusal
+from reconciler.operator_migration.status import operator_view, suspension, takeover_refusal
 from tests.core.builders import REV, absent, app, inp, record, running
 
 

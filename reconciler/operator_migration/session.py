@@ -1,7 +1,7 @@
 """The session half of `flink-reconciler import` (pure): a session-mode FlinkDeployment (one without `spec.job`)
 becomes a FlinkSessionCluster, a FlinkSessionJob a FlinkApp whose `spec.sessionCluster` names it.
 
-Both build on the application-mode converter of `core.operator_import`: image, version, configuration (nested
+Both build on the application-mode converter of `operator_migration.application`: image, version, configuration (nested
 form, Flink 1.x names), resources, high availability and pod templates read the same. What differs:
 
 - TaskManagers. In native mode (the operator's default) the operator's Flink starts TaskManagers as jobs need
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from reconciler.core.operator_import import (
+from reconciler.operator_migration.application import (
     FLINK_DEPLOYMENT,
     KNOWN_SPEC,
     OPERATOR_GROUP,

@@ -1,7 +1,7 @@
 """`flink-reconciler import`: the file side of the operator -> FlinkApp / FlinkSessionCluster mapping.
 
 Reads YAML (a file, a directory of *.yaml/*.yml, or stdin), hands the documents to the pure mapping in
-`reconciler.core.operator_documents`, checks each result as `validate --runtime kubernetes` would (a session app on
+`reconciler.operator_migration.documents`, checks each result as `validate --runtime kubernetes` would (a session app on
 the session cluster imported with it), and writes spec files whose comments say where each value came from.
 Exit 0: every document became an app that runs the same; 1: something was not imported, would run differently,
 or does not validate (all listed).
@@ -21,9 +21,9 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from reconciler.core.operator_documents import import_groups
-from reconciler.core.operator_import import Finding, Imported
 from reconciler.errors import ConfigError, SpecError, SpecLimitError
+from reconciler.operator_migration.application import Finding, Imported
+from reconciler.operator_migration.documents import import_groups
 from reconciler.spec.model import KIND, FlinkApp
 from reconciler.spec.session import SESSION_KIND, FlinkSessionCluster, capacity_problem, effective_app, fit_replicas
 

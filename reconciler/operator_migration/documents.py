@@ -1,7 +1,7 @@
 """Which document of `flink-reconciler import`'s input becomes what (pure): the entry of the mapping.
 
-An application-mode FlinkDeployment becomes a FlinkApp (`operator_import`), a session-mode one (no spec.job) a
-FlinkSessionCluster and a FlinkSessionJob a FlinkApp on it (`operator_import_session`); every other document is
+An application-mode FlinkDeployment becomes a FlinkApp (`application`), a session-mode one (no spec.job) a
+FlinkSessionCluster and a FlinkSessionJob a FlinkApp on it (`session`); every other document is
 reported with the reason. Its own module so that both mappings sit below it (no import cycle).
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from reconciler.core import operator_import_session as session
-from reconciler.core.operator_import import (
+from reconciler.operator_migration import session
+from reconciler.operator_migration.application import (
     FLINK_DEPLOYMENT,
     FLINK_SESSION_JOB,
     OPERATOR_GROUP,
@@ -43,7 +43,7 @@ def import_documents(docs: Iterable[Any]) -> list[Imported]:
 def import_groups(groups: Iterable[Iterable[Any]]) -> list[list[Imported]]:
     """`import_documents` of several inputs (files) read together: a FlinkSessionJob takes the operator options
     of its session FlinkDeployment and is checked against it wherever of the inputs that is
-    (core.operator_import_session). Documents are numbered per input."""
+    (operator_migration.session). Documents are numbered per input."""
     items = [expand_lists(g) for g in groups]
     clusters = session.session_deployments([doc for g in items for doc in g])
     linked = session.link([import_document(doc, i, session_clusters=clusters) for g in items

@@ -1,6 +1,6 @@
 """The FlinkDeployment -> FlinkApp mapping of `flink-reconciler import` (pure: documents in, documents out).
-Session mode (a FlinkDeployment without spec.job, a FlinkSessionJob) builds on it in `operator_import_session`;
-`operator_documents` says which document becomes what.
+Session mode (a FlinkDeployment without spec.job, a FlinkSessionJob) builds on it in `session`;
+`documents` says which document becomes what.
 
 Input: parsed YAML documents as the Apache Flink Kubernetes Operator's users keep them (`flink.apache.org/v1beta1`
 FlinkDeployment, plus whatever else shares the file, `kind: List` included). Output per document: a FlinkApp
