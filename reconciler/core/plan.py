@@ -179,7 +179,8 @@ class RescaleInPlace(_Step):
 class SuspendOperatorDeployment(_Step):
     """Ask the operator for a savepoint and a stop (its FlinkDeployment's spec.job.state: suspended, upgradeMode:
     savepoint), wait until its status says SUSPENDED, and keep status.jobStatus.upgradeSavepointPath as the
-    CAPTURED restore point (journaled as soon as it is read)."""
+    CAPTURED restore point (journaled as soon as it is read) only once it is proven to be a savepoint this suspend
+    produced (operator_migration.status.suspension)."""
 
     type: Literal["SuspendOperatorDeployment"] = "SuspendOperatorDeployment"
     namespace: str
@@ -196,8 +197,10 @@ class DeleteOperatorDeployment(_Step):
 
 
 class ReleaseOperatorDeployment(_Step):
-    """Undo a suspend request that did not complete: the FlinkDeployment's spec.job.state and upgradeMode as they
-    were, so the operator runs its job on. A no-op when the FlinkDeployment is gone."""
+    """Undo a suspend request that did not complete: every field the suspend patched (spec.job.state,
+    spec.job.upgradeMode, the last-state fallback setting) as it was before, from what the suspend step journaled
+    before patching, so the operator runs its job on. A no-op when nothing was patched or it is gone. `state` and
+    `upgrade_mode` are what the plan saw (for its text)."""
 
     type: Literal["ReleaseOperatorDeployment"] = "ReleaseOperatorDeployment"
     namespace: str

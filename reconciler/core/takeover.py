@@ -17,6 +17,8 @@ from reconciler.core.plan import (
     AppPlan,
     DeleteOperatorDeployment,
     ReleaseOperatorDeployment,
+    Restore,
+    RestoreKind,
     Step,
     SuspendOperatorDeployment,
 )
@@ -60,13 +62,20 @@ def plan_takeover(ctx: Ctx) -> AppPlan | None:
             "FlinkDeployment under the operator if it is a leftover"))
     if op.refusal is not None:
         return ctx.app_plan(Action.BLOCKED, f"takeover refused: {op.refusal}")
+    if op.not_suspendable is not None:
+        initial = ctx.desired.spec.job.initial_savepoint_path
+        if initial and (op.job_state == "suspended" or op.lifecycle == "SUSPENDED"):
+            return _takeover(ctx, op, initial)
+        return ctx.app_plan(Action.BLOCKED, f"takeover refused: {op.not_suspendable}")
     return _takeover(ctx, op)
 
 
-def _takeover(ctx: Ctx, op: OperatorDeployment) -> AppPlan:
+def _takeover(ctx: Ctx, op: OperatorDeployment, suspended_from: str | None = None) -> AppPlan:
     sp, _, _ = step_deadlines(ctx)
     delete = seconds(ctx.desired.spec.deadlines.delete)
     where = f"FlinkDeployment {op.namespace}/{op.name}"
+    if suspended_from is not None:
+        return _take_suspended(ctx, op, where, suspended_from, delete)
     steps: list[Step] = [SuspendOperatorDeployment(namespace=op.namespace, name=op.name, deadline_s=sp),
                          DeleteOperatorDeployment(namespace=op.namespace, name=op.name, deadline_s=delete)]
     risks = [f"TAKES OVER {where} from the Flink Kubernetes Operator: the operator stops its job with a savepoint, "
@@ -84,3 +93,20 @@ def _takeover(ctx: Ctx, op: OperatorDeployment) -> AppPlan:
                                          "starts here from that savepoint",
                         risks=tuple(risks), steps=tuple(steps), rollback_after=1, rollback=rollback,
                         abort=(release,))
+
+
+def _take_suspended(ctx: Ctx, op: OperatorDeployment, where: str, path: str, delete: float) -> AppPlan:
+    """A FlinkDeployment suspended before the takeover, whose savepoint the spec names: nothing is asked of the
+    operator (no job of it runs); it is deleted, and the job starts here from that savepoint."""
+    steps: list[Step] = [DeleteOperatorDeployment(namespace=op.namespace, name=op.name, deadline_s=delete)]
+    risks = [f"TAKES OVER {where}, suspended under the Flink Kubernetes Operator: it is deleted (with its HA "
+             f"metadata) and the job starts here from spec.job.initialSavepointPath {path}, the savepoint you named; "
+             "a newer one in its savepoint directory would be skipped"]
+    if ctx.desired.spec.job.state is not JobState.RUNNING:
+        return ctx.app_plan(Action.TAKEOVER, f"take over {where} (suspended): delete it and keep the app suspended "
+                                             "here (spec.job.state: suspended)", risks=tuple(risks), steps=tuple(steps))
+    restore = Restore(kind=RestoreKind.PATH, path=path)
+    steps += ctx_start_steps(ctx, restore, ctx.job_id)
+    return ctx.app_plan(Action.TAKEOVER, f"take over {where} (suspended): delete it, then the job starts here from "
+                                         f"{path}", risks=tuple(risks), steps=tuple(steps), rollback_after=0,
+                        rollback=tuple(ctx_start_steps(ctx, restore, ctx.rollback_job_id)))
