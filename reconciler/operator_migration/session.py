@@ -76,8 +76,8 @@ class SessionClusterConverter(Converter):
     NATIVE_MODE = ("native mode: the operator's Flink starts TaskManagers as jobs need slots; the "
                    "FlinkSessionCluster does the same with capacity.addTaskManagers")
 
-    def __init__(self, doc: Mapping[str, Any]) -> None:
-        super().__init__(doc)
+    def __init__(self, doc: Mapping[str, Any], *, namespace: str | None = None) -> None:
+        super().__init__(doc, namespace=namespace)
         self.app["kind"] = SESSION_KIND
 
     def run(self) -> dict[str, Any]:
@@ -137,8 +137,9 @@ class SessionClusterConverter(Converter):
 class SessionJobConverter(Converter):
     """A FlinkSessionJob -> a FlinkApp on the FlinkSessionCluster its deploymentName names."""
 
-    def __init__(self, doc: Mapping[str, Any], clusters: Mapping[Key, Mapping[str, Any]]) -> None:
-        super().__init__(doc)
+    def __init__(self, doc: Mapping[str, Any], clusters: Mapping[Key, Mapping[str, Any]], *,
+                 namespace: str | None = None) -> None:
+        super().__init__(doc, namespace=namespace)
         self.clusters = clusters
 
     def run(self) -> dict[str, Any]:
