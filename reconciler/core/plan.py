@@ -262,13 +262,15 @@ def describe_step(step: Step) -> str:
                     "its vertices run at it and it checkpoints, then apply the cluster at the new spec (no restart); "
                     "if Flink refuses or does not adopt it in time, the steps below run instead")
         case SuspendOperatorDeployment(namespace=ns, name=name):
-            return (f"ask the Flink Kubernetes Operator to stop FlinkDeployment {ns}/{name} with a savepoint "
-                    "(spec.job.state: suspended, upgradeMode: savepoint), wait until it is SUSPENDED, keep its "
-                    "savepoint path")
+            return (f"ask the Flink Kubernetes Operator to stop FlinkDeployment {ns}/{name} with a savepoint, never "
+                    "without one (spec.job.state: suspended, upgradeMode: savepoint, last-state fallback off), wait "
+                    "until it is SUSPENDED, keep the savepoint only if this suspend produced it")
         case DeleteOperatorDeployment(namespace=ns, name=name):
-            return f"delete FlinkDeployment {ns}/{name}, wait until its pods and Services are gone (savepoints kept)"
-        case ReleaseOperatorDeployment(namespace=ns, name=name, state=state):
-            return f"give FlinkDeployment {ns}/{name} back to the operator (spec.job.state: {state} as before)"
+            return (f"delete FlinkDeployment {ns}/{name}, wait until its pods, Services and ConfigMaps (HA metadata "
+                    "included) are gone (savepoints kept)")
+        case ReleaseOperatorDeployment(namespace=ns, name=name):
+            return (f"give FlinkDeployment {ns}/{name} back to the operator (every field the suspend set, as it "
+                    "was)")
     raise AssertionError(step)  # pragma: no cover
 
 

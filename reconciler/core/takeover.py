@@ -43,16 +43,19 @@ def plan_takeover(ctx: Ctx) -> AppPlan | None:
         if takeover is not None and not known:
             return ctx.app_plan(Action.BLOCKED, (
                 f"spec.takeover names FlinkDeployment/{takeover.name}, but there is none in namespace {ns}: nothing "
-                "to take over. If it was already removed, set spec.job.initialSavepointPath to its last savepoint "
-                "and remove spec.takeover; the app is not started from empty state meanwhile"))
+                "to take over, and the app is not started from empty state. If it runs in another namespace, set "
+                "metadata.namespace to that one. If it was removed, set spec.job.initialSavepointPath to the "
+                "savepoint it stopped with (the newest complete one in its savepoint directory) and remove "
+                "spec.takeover"))
         return None
     if op.unreadable is not None:
         if takeover is None:
             return None
-        return ctx.app_plan(Action.BLOCKED, f"spec.takeover: FlinkDeployments in namespace {ns} cannot be read "
-                                            f"({op.unreadable}); the takeover waits until they can (on Kubernetes "
-                                            "the reconciler needs get, list, patch and delete on "
-                                            "flinkdeployments.flink.apache.org)")
+        return ctx.app_plan(Action.BLOCKED, (
+            f"spec.takeover: FlinkDeployments in namespace {ns} cannot be read ({op.unreadable}), so whether the "
+            "operator still runs this job is unknown; nothing is started meanwhile. Grant the reconciler get, list, "
+            "patch and delete on flinkdeployments.flink.apache.org (on Kubernetes), or, if the FlinkDeployment is "
+            "gone, set spec.job.initialSavepointPath to the savepoint it stopped with and remove spec.takeover"))
     if ctx.previous is not None:
         if takeover is None:
             return None

@@ -258,7 +258,7 @@ def test_the_takeover_plan_in_detail() -> None:
     assert [(s.type, s.state, s.upgrade_mode) for s in ap.abort if isinstance(s, ReleaseOperatorDeployment)] == [
         ("ReleaseOperatorDeployment", "running", "last-state")]
     assert any(r.startswith("TAKES OVER FlinkDeployment default/orders") for r in ap.risks)
-    assert "savepoint" in describe_step(suspend) and "Services are gone" in describe_step(delete)
+    assert "never without one" in describe_step(suspend) and "HA metadata included" in describe_step(delete)
     assert AppPlan.model_validate_json(ap.model_dump_json()) == ap  # serializable like every plan
 
 
