@@ -82,8 +82,9 @@ def _takeover(ctx: Ctx, op: OperatorDeployment, suspended_from: str | None = Non
     steps: list[Step] = [SuspendOperatorDeployment(namespace=op.namespace, name=op.name, deadline_s=sp),
                          DeleteOperatorDeployment(namespace=op.namespace, name=op.name, deadline_s=delete)]
     risks = [f"TAKES OVER {where} from the Flink Kubernetes Operator: the operator stops its job with a savepoint, "
-             "the job is down until it runs here, and the FlinkDeployment is deleted (remove it from the "
-             "operator's own source, e.g. Argo CD, or the operator re-creates it)"]
+             "the job is down until it runs here, and the FlinkDeployment is deleted. Never delete it first, nor "
+             "let Argo CD / Flux prune it (the operator would cancel the job without a savepoint); remove it from "
+             "that source after the takeover, or it is re-created"]
     release = ReleaseOperatorDeployment(namespace=op.namespace, name=op.name, state=op.job_state or "running",
                                         upgrade_mode=op.upgrade_mode, deadline_s=delete)
     if ctx.desired.spec.job.state is not JobState.RUNNING:

@@ -76,6 +76,7 @@ class FlinkOperator:
     finalizer_ticks: int = 0
     gc_lag: int = 0
     snapshot_resources: bool = False  # FlinkStateSnapshot resources instead of savepointInfo
+    node_name: str | None = None  # pin its pods here (on a real API server: a node that does not exist, so none runs)
     managed: dict[str, Managed] = field(default_factory=dict)
     cancelled_without_savepoint: list[str] = field(default_factory=list)
     stops: int = 0
@@ -100,21 +101,20 @@ class FlinkOperator:
             "jobStatus": {"jobId": job_id, "state": "RUNNING"}})
         self.managed[name] = Managed(job_id, mode)
         labels = {"app": name, "type": kind}
+        pod_spec: Obj = {"containers": [{"name": "flink-main-container", "image": "flink:2.3"}],
+                         **({"nodeName": self.node_name} if self.node_name else {})}
         self._create({"apiVersion": "apps/v1", "kind": "Deployment",
                       "metadata": {"name": name, "labels": {**labels, "component": "jobmanager"}},
                       "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                               "template": {"metadata": {"labels": labels}, "spec": {"containers": [
-                                   {"name": "flink-main-container", "image": "flink:2.3"}]}}}})
+                               "template": {"metadata": {"labels": labels}, "spec": pod_spec}}})
         if mode == "standalone":
             self._create({"apiVersion": "apps/v1", "kind": "Deployment",
                           "metadata": {"name": f"{name}-taskmanager", "labels": {**labels, "component": "taskmanager"}},
                           "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                                   "template": {"metadata": {"labels": labels}, "spec": {"containers": [
-                                       {"name": "flink-main-container", "image": "flink:2.3"}]}}}})
+                                   "template": {"metadata": {"labels": labels}, "spec": pod_spec}}})
         for pod, comp in ((f"{name}-jm-0", "jobmanager"), (f"{name}-taskmanager-1-1", "taskmanager")):
             self._create({"apiVersion": "v1", "kind": "Pod",
-                          "metadata": {"name": pod, "labels": {**labels, "component": comp}},
-                          "spec": {"containers": [{"name": "flink-main-container", "image": "flink:2.3"}]}})
+                          "metadata": {"name": pod, "labels": {**labels, "component": comp}}, "spec": pod_spec})
         for svc in (name, f"{name}-rest"):
             self._create({"apiVersion": "v1", "kind": "Service", "metadata": {"name": svc, "labels": labels},
                           "spec": {"ports": [{"name": "rest", "port": 8081}]}})

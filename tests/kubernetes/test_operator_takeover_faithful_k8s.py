@@ -16,14 +16,20 @@ never our objects beside the operator's.
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
 
 from reconciler.apply.journal import Journal
+from reconciler.clock import Clock
 from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action
 from reconciler.live.kubernetes.records import ConfigMapRecordStore
@@ -31,8 +37,11 @@ from reconciler.live.kubernetes.runtime import KubernetesRuntime
 from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource
 from tests.gitutil import Repo
+from tests.kubernetes.conftest import KUBECONFIG, Cluster
+from tests.kubernetes.flink_backend import FlinkBackend
 from tests.kubernetes.flink_operator import FALLBACK, PLACEHOLDER, FlinkOperator
-from tests.kubernetes.test_executor_k8s import APP, SimClock, World, world  # noqa: F401  (fixture)
+from tests.kubernetes.standin import Standin
+from tests.kubernetes.test_executor_k8s import APP, SimClock, SimCluster, World
 
 pytestmark = pytest.mark.kubernetes
 
@@ -67,6 +76,9 @@ spec:
 
 
 class Move:
+    """The world of one test: Git, the operator stand-in, a reconciler per process. `hooks` run before each
+    operator tick (a test's own doings between two polls)."""
+
     def __init__(self, w: World, tmp: Path) -> None:
         assert w.flink is not None and w.sim is not None
         self.w, self.tmp, self.n = w, tmp, 0
@@ -77,11 +89,20 @@ class Move:
             now_ms=lambda: int(clock.now().timestamp() * 1000),
             start_job=lambda jid, restore: self.flink.start_jobmanager(jid, restore_path=restore),
             stop_jobmanager=self.flink.stop_jobmanager)
-        assert isinstance(clock, SimClock)
-        clock.on_sleep.append(self.operator.tick)
+        self.hooks: list[Callable[[], None]] = []
         self.flink.checkpoint_interval_s = 2.0
         self.repo = Repo(tmp)
-        self.on_storage: set[str] = set()  # savepoints whose _metadata is on storage (the probe's answer)
+
+    def needs_a_simulated_node(self) -> None:
+        """A takeover that starts our cluster: on a real API server its own controllers and nodes would take our
+        Deployments (the lab this was written on runs a kubelet), so only the stand-in's simulated one will do."""
+        if self.w.cluster.real:
+            pytest.skip("starts our cluster: needs the simulated kubelet and Flink REST backend of the stand-in")
+
+    def tick(self) -> None:
+        for hook in self.hooks:
+            hook()
+        self.operator.tick()
 
     def commit(self, extra: str = "") -> str:
         self.repo.write("apps/counter.yaml", SPEC.format(app=APP, ns=self.w.cluster.namespace, extra=extra))
@@ -91,7 +112,7 @@ class Move:
         self.n += 1
         w = self.w
         runtime = KubernetesRuntime(w.cluster.api_client, clock=w.clock, namespaces=[w.cluster.namespace],
-                                    rest_via="proxy", poll_interval=w.cluster.poll,
+                                    rest_via="service" if w.cluster.real else "proxy", poll_interval=w.cluster.poll,
                                     savepoint_probe=lambda uri: uri in self.flink.savepoints_taken)
         state = self.tmp / f"state-{self.n}"
         rec = Reconciler(source=GitSource(str(self.repo.origin), state / "git", branch="main"), runtime=runtime,
@@ -116,11 +137,91 @@ class Move:
             "Deployment", self.w.cluster.namespace, "app.kubernetes.io/managed-by=flink-reconciler")]
 
 
+CRD: Obj = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "flinkdeployments.flink.apache.org"},
+    "spec": {"group": "flink.apache.org", "scope": "Namespaced",
+             "names": {"kind": "FlinkDeployment", "plural": "flinkdeployments", "singular": "flinkdeployment",
+                       "listKind": "FlinkDeploymentList"},
+             "versions": [{"name": "v1beta1", "served": True, "storage": True, "subresources": {"status": {}},
+                           "schema": {"openAPIV3Schema": {"type": "object",
+                                                          "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+@pytest.fixture(scope="module")
+def _crd(_standin: Standin | None) -> Iterator[None]:
+    """On a real API server: the operator's CustomResourceDefinition (a schemaless stand-in of its CRD), made for
+    this module when it is not installed, and removed again if it was made here."""
+    if _standin is not None:
+        yield
+        return
+    assert KUBECONFIG
+    api = k8s_config.new_client_from_config(config_file=KUBECONFIG)  # type: ignore[no-untyped-call]
+    ext = k8s_client.ApiextensionsV1Api(api)
+    made = False
+    try:
+        ext.read_custom_resource_definition(CRD["metadata"]["name"])
+    except k8s_client.ApiException as e:
+        if e.status != 404:
+            raise
+        ext.create_custom_resource_definition(CRD)  # type: ignore[arg-type]  # the client takes a plain dict too
+        made = True
+        for _ in range(100):  # established: served
+            got = ext.read_custom_resource_definition(CRD["metadata"]["name"])
+            conditions = (got.status.conditions if got.status else None) or []
+            if any(c.type == "Established" and c.status == "True" for c in conditions):
+                break
+            time.sleep(0.1)
+    try:
+        yield
+    finally:
+        if made:
+            ext.delete_custom_resource_definition(CRD["metadata"]["name"])
+
+
 @pytest.fixture
-def move(world: World, tmp_path: Path) -> Iterator[Move]:  # noqa: F811
-    if world.sim is None or world.flink is None or world.cluster.standin is None:
-        pytest.skip("needs the stand-in's simulated kubelet and Flink REST backend behind the operator stand-in")
-    yield Move(world, tmp_path)
+def move(cluster: Cluster, _crd: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Move]:
+    """On the stand-in: `SimCluster` and the operator act whenever the code under test waits (no real time). On a
+    real API server (FLINK_RECONCILER_TEST_KUBECONFIG): the same two, as controllers in a thread every 0.2 s, with
+    real time; no node runs pods there, so `SimCluster` writes the pods' statuses, and the JobManager Service's
+    in-cluster name reaches the Flink REST backend through an HTTP proxy (HTTP_PROXY: the backend answers
+    absolute-URI requests), as a cluster network would route it."""
+    if cluster.standin is not None:
+        cluster.standin.set_auto_ready(False)
+        clock: Clock = SimClock()
+    else:
+        clock = cluster.clock
+    flink = FlinkBackend(clock)
+    with flink.serve() as url, Journal(tmp_path / "journal", clock) as journal:
+        sim = SimCluster(cluster, cluster.standin, flink, url)
+        rt = KubernetesRuntime(cluster.api_client, clock=clock, namespaces=[cluster.namespace],
+                               rest_via="proxy", poll_interval=cluster.poll)
+        (tmp_path / "move").mkdir()
+        m = Move(World(cluster, clock, rt, journal, flink, sim), tmp_path / "move")
+        if cluster.real:
+            m.operator.node_name = "fr-test-no-such-node"
+        stop = threading.Event()
+        if isinstance(clock, SimClock):
+            clock.on_sleep += [sim.tick, m.tick]
+        else:
+            monkeypatch.setenv("HTTP_PROXY", url)
+            monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+            def controllers() -> None:
+                while not stop.wait(0.2):
+                    with contextlib.suppress(Exception):  # a controller keeps going; the test judges the outcome
+                        sim.tick()
+                        m.tick()
+            threading.Thread(target=controllers, name="controllers", daemon=True).start()
+        try:
+            yield m
+        finally:
+            stop.set()
+            if cluster.real:  # let the namespace go: nothing runs the operator's finalizer any more
+                for fd in cluster.kube.list("FlinkDeployment", cluster.namespace, ""):
+                    with contextlib.suppress(Exception):
+                        cluster.patch("FlinkDeployment", fd["metadata"]["name"], {"metadata": {"finalizers": None}},
+                                      manager="test")
 
 
 def _taken_over_from_a_new_savepoint(m: Move, rec: Reconciler, rev: str) -> str:
@@ -143,6 +244,7 @@ def _taken_over_from_a_new_savepoint(m: Move, rec: Reconciler, rev: str) -> str:
 @pytest.mark.parametrize("snapshot_resources", [False, True], ids=["savepointInfo", "FlinkStateSnapshot"])
 def test_a_suspend_with_a_new_savepoint_is_taken_over_from_it_not_from_the_older_one(
         move: Move, snapshot_resources: bool) -> None:
+    move.needs_a_simulated_node()
     move.operator.snapshot_resources = snapshot_resources
     move.deploy(status={"lifecycleState": "STABLE", "jobManagerDeploymentStatus": "READY",
                         "reconciliationStatus": {"state": "DEPLOYED"},
@@ -158,6 +260,7 @@ def test_a_suspend_with_a_new_savepoint_is_taken_over_from_it_not_from_the_older
 
 
 def test_a_slow_finalizer_and_garbage_collection_are_waited_for(move: Move) -> None:
+    move.needs_a_simulated_node()
     move.operator.finalizer_ticks, move.operator.gc_lag = 4, 3
     move.deploy()
     rev = move.commit()
@@ -169,6 +272,7 @@ def test_a_slow_finalizer_and_garbage_collection_are_waited_for(move: Move) -> N
 
 
 def test_standalone_mode_leftovers_are_waited_for(move: Move) -> None:
+    move.needs_a_simulated_node()
     move.operator.gc_lag = 3  # its TaskManager Deployment outlives the FlinkDeployment a while
     move.deploy(mode="standalone")
     assert any(o.startswith("Deployment/") and "taskmanager" in o for o in move.operator.objects(APP))
@@ -180,6 +284,7 @@ def test_standalone_mode_leftovers_are_waited_for(move: Move) -> None:
 
 
 def test_deleting_the_flinkdeployment_removes_its_ha_configmaps_before_ours_start(move: Move) -> None:
+    move.needs_a_simulated_node()
     move.deploy()
     assert len(move.operator.ha_configmaps(APP)) == 2
     rev = move.commit()
@@ -224,6 +329,7 @@ def test_already_suspended_is_refused_with_the_way_out_then_taken_over_from_the_
     ap = rec.plan(rev).app(APP)
     assert ap.action is Action.BLOCKED and "already suspended" in ap.reason and "initialSavepointPath" in ap.reason
     assert move.operator.objects(APP) != [] and move.ours() == []
+    move.needs_a_simulated_node()
     # The way out: name the savepoint to start from. It is deleted (with its HA data), and ours starts from it.
     rev = move.commit(f"\n    initialSavepointPath: {taken_then}")
     rec = move.reconciler()
@@ -252,8 +358,7 @@ def test_a_job_that_stops_running_after_the_patch_makes_the_operator_wait_not_fa
         if not flipped and fd and fd["spec"]["job"].get("state") == "suspended":
             move.flink.jobs[OPERATOR_JOB].state = "RESTARTING"
             flipped.append(fd["spec"])
-    assert isinstance(move.w.clock, SimClock)
-    move.w.clock.on_sleep.insert(0, restart_once)
+    move.hooks.append(restart_once)
     res = rec.apply(rev).results[APP]
     assert res.outcome is Outcome.FAILURE, res.message
     assert flipped and flipped[0]["flinkConfiguration"][FALLBACK] == "false"
