@@ -81,6 +81,8 @@ class FlinkOperator:
     cancelled_without_savepoint: list[str] = field(default_factory=list)
     stops: int = 0
     overlaps: list[str] = field(default_factory=list)  # ticks where its objects and ours lived side by side
+    # A test's doings at the moment the operator reads a FlinkDeployment, before it acts on what it read.
+    on_read: list[Any] = field(default_factory=list)
 
     # ---- its app, as the operator deployed it ----
     def deploy(self, name: str, job_id: str, *, job: Obj, conf: Obj, status: Obj | None = None,
@@ -152,6 +154,8 @@ class FlinkOperator:
             fd = self.deployment(name)
             if fd is None:
                 continue
+            for fn in self.on_read:
+                fn(fd)
             if fd["metadata"].get("deletionTimestamp"):
                 self._cleanup(name, fd, m)
                 continue

@@ -20,7 +20,7 @@ import contextlib
 import copy
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +76,7 @@ spec:
 
 
 class Move:
-    """The world of one test: Git, the operator stand-in, a reconciler per process. `hooks` run before each
-    operator tick (a test's own doings between two polls)."""
+    """The world of one test: Git, the operator stand-in, a reconciler per process."""
 
     def __init__(self, w: World, tmp: Path) -> None:
         assert w.flink is not None and w.sim is not None
@@ -89,7 +88,6 @@ class Move:
             now_ms=lambda: int(clock.now().timestamp() * 1000),
             start_job=lambda jid, restore: self.flink.start_jobmanager(jid, restore_path=restore),
             stop_jobmanager=self.flink.stop_jobmanager)
-        self.hooks: list[Callable[[], None]] = []
         self.flink.checkpoint_interval_s = 2.0
         self.repo = Repo(tmp)
 
@@ -100,8 +98,6 @@ class Move:
             pytest.skip("starts our cluster: needs the simulated kubelet and Flink REST backend of the stand-in")
 
     def tick(self) -> None:
-        for hook in self.hooks:
-            hook()
         self.operator.tick()
 
     def commit(self, extra: str = "") -> str:
@@ -353,12 +349,11 @@ def test_a_job_that_stops_running_after_the_patch_makes_the_operator_wait_not_fa
     assert rec.plan(rev).app(APP).action is Action.TAKEOVER
     flipped: list[Obj] = []
 
-    def restart_once() -> None:
-        fd = move.operator.deployment(APP)
-        if not flipped and fd and fd["spec"]["job"].get("state") == "suspended":
+    def restart_once(fd: Obj) -> None:  # as the operator reads our patch, its job restarts
+        if not flipped and fd["spec"]["job"].get("state") == "suspended":
             move.flink.jobs[OPERATOR_JOB].state = "RESTARTING"
             flipped.append(fd["spec"])
-    move.hooks.append(restart_once)
+    move.operator.on_read.append(restart_once)
     res = rec.apply(rev).results[APP]
     assert res.outcome is Outcome.FAILURE, res.message
     assert flipped and flipped[0]["flinkConfiguration"][FALLBACK] == "false"
