@@ -160,9 +160,12 @@ class FlinkOperator:
                 self._cleanup(name, fd, m)
                 continue
             self._observe(name, fd, m)
-            fd = self.deployment(name)
-            assert fd is not None
-            self._reconcile(name, fd, m)
+            observed = self.deployment(name)
+            if observed is None:
+                continue
+            # One snapshot per reconcile, as the operator's informer gives it: the spec as read above (a patch that
+            # lands meanwhile is the next reconcile's), the status as the observer just wrote it.
+            self._reconcile(name, {**observed, "spec": fd["spec"]}, m)
 
     def _observe(self, name: str, fd: Obj, m: Managed) -> None:
         status = fd.get("status") or {}

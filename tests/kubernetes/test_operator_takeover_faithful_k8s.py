@@ -9,6 +9,10 @@ and `FlinkStateSnapshotUtils.createUpgradeSnapshotResource`. It ticks whenever t
 stand-in API server with the simulated kubelet and Flink REST backend (test_executor_k8s). The whole reconcile
 pass runs (Git, planner, executor, records in ConfigMaps).
 
+With FLINK_RECONCILER_TEST_KUBECONFIG the same tests run against a real API server (see the `move` fixture):
+the refusals, the patch and its release, and the fallback's proof; the takeovers that start our cluster skip
+there, since a real server's own controllers (and node, where one runs) would take our Deployments.
+
 Every case ends in one of two ways: a start from the savepoint this suspend produced, or a refusal that leaves
 the operator's app as it was. Never a stale savepoint, a checkpoint or the placeholder, never an empty start,
 never our objects beside the operator's.
@@ -34,6 +38,7 @@ from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action
 from reconciler.live.kubernetes.records import ConfigMapRecordStore
 from reconciler.live.kubernetes.runtime import KubernetesRuntime
+from reconciler.operator_migration.status import before_suspend, suspension
 from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource
 from tests.gitutil import Repo
@@ -384,8 +389,6 @@ def test_the_stand_in_falls_back_to_last_state_as_the_operator_does_and_the_proo
     """What the old suspend patch (no fallback setting) met: a job not RUNNING is suspended last-state, the status
     keeps the path it had (here the placeholder of its last last-state deploy), and its HA metadata is all that
     holds the state. The suspend step's proof rejects that status, so the FlinkDeployment is never deleted."""
-    from reconciler.operator_migration.status import before_suspend, suspension
-
     move.deploy(status={"lifecycleState": "STABLE", "jobManagerDeploymentStatus": "READY",
                         "reconciliationStatus": {"state": "DEPLOYED"},
                         "jobStatus": {"jobId": OPERATOR_JOB, "state": "RUNNING", "upgradeSavepointPath": PLACEHOLDER}})
