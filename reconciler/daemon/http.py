@@ -350,8 +350,8 @@ def exposure_problems(settings: Settings, host: str, *, webhook: bool) -> list[s
     problems = []
     if settings.ui_enabled and settings.ui_auth is None and not settings.insecure_ui:
         problems.append(f"the dashboard on {host} would be open to anyone who reaches it: set ui_auth "
-                        "(bearer:<token> or basic-file:<path>), or ui_enabled: false, or insecure_ui: true "
-                        "(--insecure-ui) to serve it without authentication")
+                        "(bearer:<token> or basic-file:<path>), or ui_enabled: false, or insecure_ui: true (`ui`: "
+                        "--insecure-ui) to serve it without authentication")
     secrets = (settings.github_webhook_secret, settings.gitlab_webhook_token, settings.gitea_webhook_secret)
     if webhook and all(s is None for s in secrets):
         problems.append(f"/webhook on {host} has no secret to check deliveries with: set github_webhook_secret, "

@@ -41,6 +41,7 @@ from reconciler.logs import redact
 log = logging.getLogger(__name__)
 
 Handler = Callable[[BaseRequest], Awaitable[web.StreamResponse]]
+REFUSED_LINGER_S = 1.0  # a refused connection: how long its 503 may take to be read before the socket closes
 
 
 @dataclass(frozen=True)
@@ -104,24 +105,37 @@ class _GuardedHandler(RequestHandler):
     guard: ConnectionGuard
     extra_headers: Mapping[str, str]
     _client: str | None = None
+    _refused: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
         client = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
         why = self.guard.admit(client)
-        if why is not None:
+        if why is not None and isinstance(transport, asyncio.Transport):
             self.guard.refused(why)
             log.info("refusing a connection from %s: %s", client, why.replace("_", " "))
-            with contextlib.suppress(Exception):
-                assert isinstance(transport, asyncio.Transport)
-                transport.write(_busy(why, self.extra_headers))
-                transport.close()
+            # Answer, stop sending, and drop what the client still sends for a moment: closing a socket with
+            # unread data makes the kernel send a reset, and the client would never read the 503.
+            self._refused = transport
+            transport.write(_busy(why, self.extra_headers))
+            with contextlib.suppress(OSError, RuntimeError):
+                transport.write_eof()
+            self._loop.call_later(REFUSED_LINGER_S, transport.close)
             return
         self._client = client
         super().connection_made(transport)
 
+    def data_received(self, data: bytes) -> None:
+        if self._refused is None:
+            super().data_received(data)
+
+    def eof_received(self) -> None:
+        if self._refused is not None:
+            self._refused.close()
+
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._client is None:  # refused: aiohttp never saw it
+            self._refused = None
             return
         self.guard.release(self._client)
         self._client = None
