@@ -159,7 +159,7 @@ def test_slow_connections_fail_neither_the_probes_nor_other_clients(world: World
         stop.set()
         attacker.join(20)
     assert probe_ok == len(took) and page_ok == len(took), (probe_ok, page_ok, len(took))
-    assert max(took) < 1.0, max(took)
+    assert max(took) < 2.0, max(took)  # a few ms when the machine is idle; slack for a loaded one
     assert held.get("127.0.0.1", 0) <= 8  # the per-client cap
     assert world.metrics.http_refused.labels("too_many_from_client")._value.get() > 0
     assert cut[0] > 0  # refused or cut at the head deadline, not held forever
@@ -167,7 +167,7 @@ def test_slow_connections_fail_neither_the_probes_nor_other_clients(world: World
 
 def test_a_burst_from_one_client_leaves_room_for_the_others(tmp_path: Path) -> None:
     """One client keeps 8 connections busy with pages that take 0.2 s each; another client's page waits for
-    at most one of them (2 callbacks per client at once, 4 workers), not for the burst."""
+    at most one of them (one callback per client at once, two workers), not for the burst."""
     w = _world(tmp_path, limits=Limits(max_per_client=8), slow_page_s=0.2)
     stop = threading.Event()
 
