@@ -10,7 +10,8 @@ What this module adds to aiohttp's server, every one of them a bound on what a c
   connecting (or of its previous answer, on a kept-alive connection) is closed. This is aiohttp's
   keep-alive timer, which starts at `connection_made` and is not pushed back by partial data;
 - at most `max_connections` open connections, and at most `max_per_client` from one client address; one
-  more gets a 503 written straight onto the socket and is closed, before any byte of it is parsed;
+  more gets a 503 written straight onto the socket, before any byte of it is parsed, and is closed a
+  moment later (`REFUSED_LINGER_S`, so the client reads the 503 rather than a reset);
 - every answer aiohttp makes by itself (400 for a malformed request, 431 for oversized headers, 500) carries
   the same headers as ours (`extra_headers`) and is logged as one INFO line, not a traceback: a hostile
   client is not our bug.
@@ -149,8 +150,10 @@ class _GuardedHandler(RequestHandler):
             text = "internal error\n"
         else:
             log.info("bad request from %s (%d): %s", request.remote, status, redact(str(message or exc or ""))[:200])
-            text = f"{status} {HTTPStatus(status).phrase}\n" if status in HTTPStatus._value2member_map_ \
-                else f"{status}\n"
+            try:
+                text = f"{status} {HTTPStatus(status).phrase}\n"
+            except ValueError:
+                text = f"{status}\n"
         if request.writer.output_size > 0:
             raise ConnectionError("the answer was already being sent")
         resp = web.Response(status=status, text=text, content_type="text/plain", charset="utf-8",
@@ -210,12 +213,11 @@ class Listener:
     async def _serve(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         guard = self.guard = ConnectionGuard(self._limits, self._on_refused)
-        server = self._web = web.Server(
-            self._handler, handler_cancellation=True,
-            keepalive_timeout=self._limits.header_timeout_s, max_line_size=self._limits.max_line,
-            max_field_size=self._limits.max_line, max_headers=self._limits.max_headers,
-            access_log=None, lingering_time=1.0)
-        kwargs = server._kwargs
+        kwargs: dict[str, Any] = {
+            "keepalive_timeout": self._limits.header_timeout_s, "max_line_size": self._limits.max_line,
+            "max_field_size": self._limits.max_line, "max_headers": self._limits.max_headers, "access_log": None,
+            "lingering_time": 1.0}
+        server = self._web = web.Server(self._handler, handler_cancellation=True, **kwargs)
         handler_type = type("_Bound", (_GuardedHandler,), {"guard": guard, "extra_headers": self._extra_headers})
 
         def protocol() -> RequestHandler:
