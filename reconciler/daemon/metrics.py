@@ -89,7 +89,8 @@ class Metrics:
         )
         self.http_refused = Counter(
             f"{PREFIX}_http_connections_refused",
-            "Connections refused (too_many_connections) or cut at the request deadline (deadline).",
+            "Connections refused (too_many_connections, too_many_from_client), requests refused for their Host "
+            "header (host), or bodies not received within the request deadline (deadline).",
             ["reason"],
             registry=r,
         )
