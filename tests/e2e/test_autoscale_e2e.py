@@ -10,9 +10,12 @@ subtask counts at most 100 records/s; it is fed 150/s, from its `--rate` or, onc
 rate file (the input rate drops without any change in Git). What a user would see, from the outside only:
 
 1. at parallelism 2 the subtask with the hot key is saturated while the average is not (averaged, the old
-   decision kept 2); the daemon pushes `autoscale(auto): parallelism 2 -> N` (N >= 3) onto main with the
-   evidence in its message, the sink named as not deciding ("own parallelism 1"); `plan` of that commit is an
-   in-place rescale; the same job then runs at N with its sink still at 1, and no count ever went back;
+   decision kept 2); one TaskManager has 2 slots, `autoscale.maxTaskManagers: 2`: the daemon pushes
+   `autoscale(auto): parallelism 2 -> N, taskManager.replicas 1 -> 2` (N >= 3) onto main with the evidence in its
+   message, the sink named as not deciding ("own parallelism 1"); `plan` of that commit starts the second
+   TaskManager and rescales in place; the same job then runs at N on two TaskManagers with its sink still at 1,
+   and no count ever went back (it may step up again to 4: with a second TaskManager its sources there read at
+   their own rate too, `--rate-scope taskmanager`);
 2. the input rate drops to 30/s: after `scaleDownDelay` the daemon commits a scale-down, at most 60 % fewer
    subtasks in one step (scaleDownMaxFactor), and the same job runs at it, counts continuing;
 3. a human commits a parallelism with `autoscale.mode: recommend`: the human's parallelism runs; the
@@ -49,7 +52,7 @@ KEYS = 64  # one hot key and 63 others
 SINK = "latest-count-files"
 
 
-def app_yaml(parallelism: int, mode: str = "commit") -> str:
+def app_yaml(parallelism: int, mode: str = "commit", replicas: int = 1) -> str:
     return f"""\
 apiVersion: flink-reconciler.io/v1alpha1
 kind: FlinkApp
@@ -57,8 +60,8 @@ metadata:
   name: {APP}
 spec:
   taskManager:
-    replicas: 1
-    slots: 4
+    replicas: {replicas}
+    slots: 2
   flinkConfiguration:
     execution.checkpointing.interval: 1 s
     jobmanager.scheduler: adaptive
@@ -71,6 +74,7 @@ spec:
     mode: {mode}
     targetUtilisation: 0.8
     max: 4
+    maxTaskManagers: 2
     stabilisation: 3s
     window: 8s
     scaleDownDelay: 5s
@@ -217,18 +221,20 @@ def test_skewed_keys_and_a_parallelism_1_sink_scale_up_in_place(env: Env) -> Non
     commit = poll(lambda: next(iter(env.autoscale_commits()), None), timeout=60, what="an autoscale commit on main",
                   alive=dead)
     detected = time.monotonic() - t0
-    up = int(commit[1].rsplit(" ", 1)[1])
-    assert commit[1] == f"autoscale({APP}): parallelism 2 -> {up}" and up >= 3, commit
+    up = int(commit[1].split(",")[0].rsplit(" ", 1)[1])
+    assert commit[1] == f"autoscale({APP}): parallelism 2 -> {up}, taskManager.replicas 1 -> 2" and up >= 3, commit
     message = git(env.repo.origin, "log", "-1", "--format=%B", commit[0])
     assert "count-per-key" in message and "BUSY" in message and "Autoscaled-by: flink-reconciler" in message
     assert f"{SINK}: Writer (own parallelism 1" in message, message  # named, not deciding
+    print(f"\n$ git log -1 {commit[0][:12]}\n{message}")
     counts = env.counts()
 
     # plan of the autoscale commit against its parent: an in-place rescale
     code, out = env.cli("plan", "--repo", str(env.repo.origin), "--head", commit[0], "--format", "json")
     assert code == 0, out
     (app,) = json.loads(out)["apps"]
-    assert app["action"] == "scale" and app["steps"][0]["type"] == "RescaleInPlace", app
+    steps = [s["type"] for s in app["steps"][:2]]
+    assert app["action"] == "scale" and steps == ["EnsureCluster", "RescaleInPlace"], app  # the 2nd TaskManager first
 
     poll(lambda: env.runs_at(job, up), timeout=60, what=f"the same job to run at {up}, its sink at 1", alive=dead)
     assert [j.job_id for j in env.rt.flink(APP).jobs() if j.state == "RUNNING"] == [job]
@@ -237,7 +243,7 @@ def test_skewed_keys_and_a_parallelism_1_sink_scale_up_in_place(env: Env) -> Non
         """The rescaled tasks start from the job's checkpoint and work off what queued up meanwhile; with the hot
         key the first step may not be enough, and the autoscaler steps up again (up to autoscale.max 4). Settled:
         the job runs at its last autoscale commit's parallelism and the hot key's subtask is no longer saturated."""
-        last = int(env.autoscale_commits()[0][1].rsplit(" ", 1)[1])
+        last = int(env.autoscale_commits()[0][1].split(",")[0].rsplit(" ", 1)[1])
         if not env.runs_at(job, last):
             return None
         m = env.vertex_load(job)
@@ -245,8 +251,9 @@ def test_skewed_keys_and_a_parallelism_1_sink_scale_up_in_place(env: Env) -> Non
     final, after = poll(settled, timeout=90, interval=0, what="the hot key's subtask no longer saturated",
                         alive=dead)
     assert after[sink][0] == 1 and [j.job_id for j in env.rt.flink(APP).jobs() if j.state == "RUNNING"] == [job]
-    steps = [s for _, s in reversed(env.autoscale_commits())]
-    assert all(" -> " in s and int(s.rsplit(" ", 1)[1]) > int(s.split()[-3]) for s in steps), steps  # only up
+    steps = [s.split(",")[0] for _, s in reversed(env.autoscale_commits())]
+    assert all(int(s.rsplit(" ", 1)[1]) > int(s.split()[-3]) for s in steps), steps  # only up
+    assert env.rest("/overview")["taskmanagers"] == 2
     now = env.counts()
     went_back = {k: (counts[k], now.get(k)) for k in counts if now.get(k, 0) < counts[k]}
     assert not went_back, f"counts reset: {went_back}"
@@ -296,7 +303,7 @@ def test_recommend_mode_says_what_it_would_do_and_a_humans_parallelism_runs(
     committed."""
     job = env.running_job()
     git(env.repo.work, "pull", "-q", "--rebase", "origin", "main")
-    env.repo.write(f"apps/{APP}.yaml", app_yaml(3, mode="recommend"))
+    env.repo.write(f"apps/{APP}.yaml", app_yaml(3, mode="recommend", replicas=2))
     human = env.repo.commit("parallelism 3 by hand; the autoscaler only recommends")
     poll(lambda: env.runs_at(job, 3), timeout=60, what="the human's parallelism 3 to run", alive=env.dead)
 
@@ -328,6 +335,7 @@ def test_recommend_mode_says_what_it_would_do_and_a_humans_parallelism_runs(
     # a one-off look cannot know since when a scale-down is called for: it shows it waiting its delay
     assert head == f"{APP}: wait: parallelism 3 -> 3" and reason.startswith("scale down 3 -> 2 called for since"), out
     assert "VERTEX" in out and "count-per-key" in out and "own parallelism 1" in out
+    print(f"\n$ flink-reconciler scale-advice {APP} --seconds 4\n{out}")
     code, out = env.cli("scale-advice", APP, "--state-dir", str(env.state), "--seconds", "4", "--output", "json")
     assert code == 0, out
     doc = json.loads(out)
