@@ -36,7 +36,7 @@ from reconciler.live.records import FileRecordStore
 from reconciler.report.gitnotes import GitNotesSink
 from reconciler.report.reporter import Reporter
 from reconciler.report.status import CommitStatus
-from reconciler.service.autoscale import Autoscaler
+from reconciler.service.autoscale import Autoscaler, source_metrics
 from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource
 from reconciler.spec.load import load_files
@@ -334,3 +334,31 @@ def test_a_refused_push_backs_off_recommends_meanwhile_and_commits_once_origin_a
     assert world.autoscale_commits() == [f"autoscale({APP}): parallelism 1 -> 2"]
     assert refused_gauge() == 0.0
     rec.reporter.close(timeout=5)
+
+
+@pytest.mark.parametrize(("names", "found"), [
+    # Flink 2.3's ids of the counter job's source vertex (a chain would list its other operators' too)
+    (["numRecordsOut", "Source__generator.numRecordsOut", "Source__generator.numRecordsIn", "busyTimeMsPerSecond"],
+     (None, "Source__generator.numRecordsOut")),
+    # a connector reporting lag: the read counter of that same operator, not a chained map's
+    (["Source__orders.pendingRecords", "Map.numRecordsOut", "Source__orders.numRecordsOut"],
+     ("Source__orders.pendingRecords", "Source__orders.numRecordsOut")),
+    (["numRecordsOut", "numRecordsIn"], (None, None)),  # none: the vertex's own numRecordsOut is used
+])
+def test_a_sources_lag_and_read_counters_are_found_by_name(names: list[str], found: tuple[str | None, ...]) -> None:
+    assert source_metrics(names) == found
+
+
+def test_the_source_is_measured_in_the_records_it_read(world: World) -> None:
+    """A chained filter after the source drops half: the source reads 200/s and its vertex emits 100/s."""
+    world.stub.vertices[0].read_factor = 2.0
+    first = world.push(1, "the app at parallelism 1")
+    rec = world.reconciler()
+    world.apply(rec, first)
+    scaler = Autoscaler(rec)
+    advice = world.tick(scaler, rec)
+    while not advice.vertices:  # stabilisation and a window: the first decision
+        advice = world.tick(scaler, rec)
+    src = next(v for v in advice.vertices if v.name == "Source: generator")
+    assert (src.records_in, src.records_out) == (pytest.approx(200.0), pytest.approx(100.0)), src
+    assert src.target_rate == pytest.approx(200.0) and not src.excluded  # in source records
