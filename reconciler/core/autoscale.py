@@ -114,6 +114,7 @@ class VertexAdvice:
     excluded: str | None = None  # why the vertex does not take part in the decision (own parallelism, idle, ...)
     lag_growth: float | None = None  # records/s the lag grew by over the window (a source)
     max_parallelism: int = 0  # the vertex's max parallelism (its key groups), 0: unknown
+    own_parallelism: bool = False  # set by the job itself (`setParallelism`), not by job.parallelism
 
 
 @dataclass(frozen=True)
@@ -267,7 +268,7 @@ def _job_wide(spec: AutoscaleSpec, inp: Inputs, vertices: Sequence[VertexAdvice]
     elif want < down_floor:
         want, limit = down_floor, (f"held at {down_floor} by scaleDownMaxFactor {spec.scale_down_max_factor:g} "
                                    f"(wanted {want})")
-    set_by_job = [v for v in vertices if v.max_parallelism > 0 and not _own(v)]
+    set_by_job = [v for v in vertices if v.max_parallelism > 0 and not v.own_parallelism]
     caps: list[tuple[int, str]] = [(spec.max, "autoscale.max")]
     if set_by_job:
         holder = min(set_by_job, key=lambda v: v.max_parallelism)
@@ -281,20 +282,14 @@ def _job_wide(spec: AutoscaleSpec, inp: Inputs, vertices: Sequence[VertexAdvice]
         if aligned != want:
             limit = (limit + "; " if limit else "") + f"{want} -> {aligned} for even key groups"
             want = aligned
-    for cap, name in sorted(caps):
+    if want < spec.min:
+        want, limit = spec.min, f"raised to autoscale.min {spec.min} (wanted {want})"
+    for cap, name in sorted(caps):  # after min: what the job and its slots can hold always wins
         if want > cap:
             limit = f"capped at {max(cap, 1)} by {name} (wanted {want})"
             want = max(cap, 1)
             break
-    if want < spec.min:
-        want, limit = spec.min, f"raised to autoscale.min {spec.min} (wanted {want})"
-    # a parallelism above max stays (a human's); below min too: the band only moves it within [min, max]
     return want, limit, describe + (f" ({limit})" if limit else "")
-
-
-def _own(v: VertexAdvice) -> bool:
-    """A vertex that sets its own parallelism (`setParallelism`): job.parallelism does not move it."""
-    return v.excluded is not None and v.excluded.startswith("own parallelism")
 
 
 def _slot_cap(inp: Inputs) -> int:
@@ -308,7 +303,7 @@ def _task_managers(inp: Inputs, vertices: Sequence[VertexAdvice], wanted: int) -
     not raise them). Slot sharing: a job needs as many slots as its most parallel vertex."""
     if not inp.max_task_managers or inp.slots_per_task_manager <= 0:
         return 0
-    need = max([wanted, *(v.current for v in vertices if _own(v))])
+    need = max([wanted, *(v.current for v in vertices if v.own_parallelism)])
     if need <= inp.slots:
         return 0
     return min(inp.max_task_managers, -(-need // inp.slots_per_task_manager))
@@ -428,7 +423,7 @@ def _advise(spec: AutoscaleSpec, inp: Inputs, samples: Sequence[Sample]) -> tupl
             backpressured_pct=(rate(v, "backpressured_total_ms") or 0.0) / 10.0 / p, records_in=processed,
             records_out=rate(v, "records_out_total") or 0.0, true_rate=true_rate, target_rate=target, lag=v.pending,
             utilisation=utilisation, excluded=excluded, lag_growth=growth.get(v.vertex_id),
-            max_parallelism=v.max_parallelism))
+            max_parallelism=v.max_parallelism, own_parallelism=v.parallelism != inp.current))
     return tuple(out)
 
 
