@@ -38,7 +38,7 @@ from typing import Any, Final, TypeVar
 from pydantic import ValidationError
 
 from reconciler.apply.journal import KEEP, InFlight, Journal, Keep, Stage, StepPhase
-from reconciler.apply.operator_steps import suspend_operator
+from reconciler.apply.operator_steps import release_operator, suspend_operator
 from reconciler.apply.rescale import in_place_done, rescale_in_place
 from reconciler.apply.retry import Backoff
 from reconciler.clock import Clock
@@ -314,8 +314,9 @@ class Executor:
                     return self._park(run, f)
                 if isinstance(f.step, DeleteOperatorDeployment):  # its job stopped, its savepoint is ours: go on later
                     return self._park(run, f, message=(
-                        f"{describe_step(f.step)} failed ({f.cause}); the operator's job is stopped and its savepoint "
-                        f"{self._inflight(app).captured_path} is recorded, so the takeover stays in flight and the "
+                        f"{describe_step(f.step)} failed ({f.cause}); the operator's job is stopped and the savepoint "
+                        f"{self._inflight(app).captured_path or 'the spec names'} is recorded, so the takeover stays "
+                        "in flight and the "
                         "deletion is retried on the next pass (check the operator: its finalizer removes the "
                         "FlinkDeployment)"))
                 if isinstance(f.step, DeleteRetiredCluster):  # the new job runs: never roll that back
@@ -614,8 +615,8 @@ class Executor:
                                         wait=lambda what: self._wait(deadline, what))
             case DeleteOperatorDeployment(namespace=ns, name=name):
                 self._operator_port().delete_flink_deployment(ns, name, deadline=deadline)
-            case ReleaseOperatorDeployment(namespace=ns, name=name, state=state, upgrade_mode=mode):
-                self._operator_port().release_flink_deployment(ns, name, state=state, upgrade_mode=mode)
+            case ReleaseOperatorDeployment():
+                release_operator(self._operator_port(), self.journal, run.app, step)
         return {}
 
     # ---- takeover from the Flink Kubernetes Operator ----

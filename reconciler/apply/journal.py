@@ -60,7 +60,8 @@ _NOT_FOUND: Final = "FileNotFoundException"  # Flink's disposal of a savepoint t
 
 # Step scratch data a caller may set; anything else is a programming error.
 SCRATCH_KEYS: Final = frozenset(
-    {"trigger_id", "captured_path", "captured_kind", "submitted_job_id", "failed_step", "failure", "restored_from"}
+    {"trigger_id", "captured_path", "captured_kind", "submitted_job_id", "failed_step", "failure", "restored_from",
+     "operator_before"}
 )
 
 T = TypeVar("T")
@@ -120,6 +121,9 @@ class InFlight:
     started_at: datetime
     updated_at: datetime
     restored_from: str | None = None  # what the last StartJob restored (None: not started yet; "": empty state)
+    # A takeover: the FlinkDeployment as it was before our suspend patch (operator_migration.status.Before, as
+    # JSON), journaled before the patch; None: nothing was patched.
+    operator_before: str | None = None
     # "<stage>:<index>" -> (started, done) of each step run so far (records older than this know none)
     step_times: Mapping[str, tuple[datetime | None, datetime | None]] = dataclasses.field(default_factory=dict)
 
@@ -485,6 +489,7 @@ class Journal:
                 started_at=datetime.fromisoformat(f["started_at"]),
                 updated_at=datetime.fromisoformat(f["updated_at"]),
                 restored_from=f.get("restored_from"),
+                operator_before=f.get("operator_before"),
                 step_times=_step_times(f.get("step_times")),
             )
         except (KeyError, TypeError, ValueError, ValidationError) as e:
