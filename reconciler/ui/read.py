@@ -20,7 +20,7 @@ from reconciler.clock import Clock
 from reconciler.core import render
 from reconciler.core.diff import diff, pointer_tokens
 from reconciler.core.observed import AppRecord, LiveApp, Records
-from reconciler.core.plan import FieldChange, Plan
+from reconciler.core.plan import Action, FieldChange, Plan
 from reconciler.core.planner import Policy, offline_input, plan
 from reconciler.errors import ReconcilerError
 from reconciler.live.observe import observe
@@ -229,7 +229,27 @@ class ReadSide:
     def commit_url(self, sha: str | None) -> str | None:
         return commit_url(self.repo_url, sha)
 
+    def _known(self, name: str) -> bool:
+        """Whether `name` can have a row, without building every row: a name in the branch tip's specs (or
+        its errors), the last rows, or any journal. So a page for a missing app costs a few lookups (a link
+        to a gone app, a scanner), not a rebuild of every row."""
+        tip = self.tip()
+        if tip is not None and (name in tip.loaded.apps or any(e.app == name for e in tip.loaded.errors)):
+            return True
+        snap = self._snapshot
+        if snap is not None and any(r.name == name for r in snap[2]):
+            return True
+        for j in self._journals():
+            try:
+                if j.record(name) is not None or j.inflight(name) is not None or j.history(name):
+                    return True
+            except ReconcilerError:  # an unreadable record: its row says so
+                return True
+        return False
+
     def app(self, name: str) -> AppDetail | None:
+        if not self._known(name):
+            return None
         rows, tip = self.rows(fresh=True)
         row = next((r for r in rows if r.name == name), None)
         if row is None:
@@ -317,6 +337,53 @@ def _live_info(la: LiveApp) -> LiveInfo:
 def _redacted(c: FieldChange) -> FieldChange:
     key = pointer_tokens(c.path)[-1] if c.path else ""
     return c.model_copy(update={"old": redact_config(c.old, key), "new": redact_config(c.new, key)})
+
+
+PLAN_PER_PAGE = 100  # apps per page of /plan: 10,000 apps' plan is a hundred pages, not one of megabytes
+
+
+@dataclass(frozen=True)
+class PlanBlock:
+    """One app's (or session cluster's) part of the plan: its head line and the lines under it."""
+
+    name: str
+    action: str
+    head: str
+    lines: tuple[str, ...]
+
+    @property
+    def changes(self) -> bool:
+        """Shown open on the page; an unchanged app's block starts closed."""
+        return self.action != Action.NOOP.value
+
+
+@dataclass(frozen=True)
+class PlanPage:
+    head: tuple[str, ...]  # header, summary, guard
+    blocks: tuple[PlanBlock, ...]  # this page's apps, in `plan`'s order; the session clusters on the last page
+    apps: int
+    page: int
+    pages: int
+    first: int  # 1-based number of this page's first app
+    last: int  # and of its last
+
+
+def plan_page(p: Plan, page: int, per_page: int = PLAN_PER_PAGE) -> PlanPage:
+    """One page of `plan`'s text, app by app (secret-looking values masked, as `plan_text`)."""
+    apps = render.sorted_apps(p)
+    per = max(1, per_page)
+    pages = max(1, -(-len(apps) // per))
+    page = min(max(1, page), pages)
+    blocks = []
+    for a in apps[(page - 1) * per: page * per]:
+        head, *lines = render.app_lines(a.model_copy(update={"diff": tuple(_redacted(c) for c in a.diff)}))
+        blocks.append(PlanBlock(a.app, a.action.value, head, tuple(lines)))
+    if page == pages:
+        for c in render.sorted_clusters(p):
+            head, *lines = render.cluster_lines(c)
+            blocks.append(PlanBlock(c.cluster, c.action.value, head, tuple(lines)))
+    return PlanPage(tuple(render.head_lines(p)), tuple(blocks), len(apps), page, pages, (page - 1) * per + 1,
+                    min(page * per, len(apps)))
 
 
 def plan_text(p: Plan) -> str:

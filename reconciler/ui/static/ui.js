@@ -35,7 +35,13 @@
       var doc = new DOMParser().parseFromString(html, "text/html");
       document.querySelectorAll("[data-live]").forEach(function (el) {
         var fresh = el.id && doc.getElementById(el.id);
-        if (fresh && fresh.innerHTML !== el.innerHTML) el.innerHTML = fresh.innerHTML;
+        if (!fresh) return;
+        // A <details> the reader opened stays open (the server sends them closed).
+        el.querySelectorAll("details[open][id]").forEach(function (d) {
+          var f = fresh.querySelector("details[id='" + d.id + "']");
+          if (f) f.setAttribute("open", "");
+        });
+        if (fresh.innerHTML !== el.innerHTML) el.innerHTML = fresh.innerHTML;
       });
       body.classList.remove("stale");
       tickClocks();
