@@ -369,7 +369,7 @@ class PlanPage:
 
 
 def plan_page(p: Plan, page: int, per_page: int = PLAN_PER_PAGE) -> PlanPage:
-    """One page of `plan`'s text, app by app (secret-looking values masked, as `plan_text`)."""
+    """One page of `plan`'s text (`render.to_text`), app by app, secret-looking values in diffs masked."""
     apps = render.sorted_apps(p)
     per = max(1, per_page)
     pages = max(1, -(-len(apps) // per))
@@ -385,8 +385,3 @@ def plan_page(p: Plan, page: int, per_page: int = PLAN_PER_PAGE) -> PlanPage:
     return PlanPage(tuple(render.head_lines(p)), tuple(blocks), len(apps), page, pages, (page - 1) * per + 1,
                     min(page * per, len(apps)))
 
-
-def plan_text(p: Plan) -> str:
-    """`plan`'s text rendering with secret-looking values masked (the diff carries spec values)."""
-    apps = tuple(a.model_copy(update={"diff": tuple(_redacted(c) for c in a.diff)}) for a in p.apps)
-    return redact(render.to_text(p.model_copy(update={"apps": apps}), color=False))
