@@ -50,6 +50,7 @@ ROWS_TTL_S = 1.0  # the overview's rows are at most this old (plus one rebuild) 
 RuntimesByShard = Callable[[], Sequence[tuple[Runtime, Callable[[str], bool]]]]
 LIVE_TTL_S = 2.0  # a page refreshed every second asks the runtime at most this often per app
 FINAL_ACTIONS = frozenset({"delete", "suspend"})
+PLAN_WAIT_S = 2.0  # /plan waits this long for the plan, then answers "computing" and refreshes
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ class ReadSide:
         self._subjects: dict[str, str | None] = {}
         self._plan: tuple[str, Plan | None, str | None] | None = None
         self._plan_lock = threading.Lock()
+        self._plan_job: tuple[str, threading.Event] | None = None  # the plan being computed: (tip, done)
 
     # ---- the data -----------------------------------------------------------------------------------
 
@@ -295,30 +297,53 @@ class ReadSide:
                 return j
         return journals[0] if journals else None
 
-    def plan(self) -> tuple[Tip | None, Plan | None, str | None]:
+    def plan(self, wait_s: float = PLAN_WAIT_S) -> tuple[Tip | None, Plan | None, str | None]:
         """The offline plan of the branch tip against its parent, as `flink-reconciler plan --repo R` makes
-        it (cached per tip): (tip, plan, why there is none)."""
+        it (cached per tip): (tip, plan, why there is none). It is computed in the background: a plan of
+        10,000 apps takes longer than a request may, so after `wait_s` this answers (tip, None, None), the
+        page says so and refreshes until it is there."""
         tip = self.tip()
         if tip is None or self.source is None:
             return tip, None, "no repository here: the plan needs the branch (give --repo)"
         with self._plan_lock:
             if self._plan is not None and self._plan[0] == tip.revision:
                 return tip, self._plan[1], self._plan[2]
+            job = self._plan_job
+            if job is None or job[0] != tip.revision:
+                job = (tip.revision, threading.Event())
+                self._plan_job = job
+                threading.Thread(target=self._compute_plan, args=(tip, job[1]), name="ui-plan", daemon=True).start()
+        if job[1].wait(wait_s):
+            with self._plan_lock:
+                if self._plan is not None and self._plan[0] == tip.revision:
+                    return tip, self._plan[1], self._plan[2]
+        return tip, None, None
+
+    def _compute_plan(self, tip: Tip, done: threading.Event) -> None:
+        assert self.source is not None
+        result: Plan | None = None
+        why: str | None = "the plan could not be computed"
+        try:
             try:
-                try:
-                    parent: str | None = self.source.resolve(tip.revision + "~1")
-                except ReconcilerError:
-                    parent = None
-                base = load_at(self.source, parent, self.subdir, policy=SpecPolicy.PERMISSIVE) if parent \
-                    else LoadResult()
-                result: Plan | None = plan(offline_input(base, tip.loaded, base_revision=parent or "0" * 40,
-                                                         revision=tip.revision, now=self.clock.now(),
-                                                         policy=self.policy))
-                why = None
-            except ReconcilerError as e:
-                result, why = None, f"the plan could not be computed: {redact(str(e))}"
-            self._plan = (tip.revision, result, why)
-            return tip, result, why
+                parent: str | None = self.source.resolve(tip.revision + "~1")
+            except ReconcilerError:
+                parent = None
+            base = load_at(self.source, parent, self.subdir, policy=SpecPolicy.PERMISSIVE) if parent \
+                else LoadResult()
+            result = plan(offline_input(base, tip.loaded, base_revision=parent or "0" * 40, revision=tip.revision,
+                                        now=self.clock.now(), policy=self.policy))
+            why = None
+        except ReconcilerError as e:
+            why = f"the plan could not be computed: {redact(str(e))}"
+        except Exception as e:  # a bug must not leave the page waiting forever
+            log.exception("dashboard: computing the plan failed")
+            why = f"the plan could not be computed: {type(e).__name__}: {redact(str(e))}"
+        finally:
+            with self._plan_lock:
+                if self._plan_job is not None and self._plan_job[1] is done:
+                    self._plan = (tip.revision, result, why)
+                    self._plan_job = None
+            done.set()
 
 
 def _same_tip(a: Tip | None, b: Tip | None) -> bool:

@@ -202,8 +202,10 @@ class Dashboard:
         head = [(_plan_line_class(ln), ln) for ln in pp.head] if pp else []
         blocks = [(b, _plan_line_class(b.head), [(_plan_line_class(ln), ln) for ln in b.lines])
                   for b in pp.blocks] if pp else []
+        computing = the_plan is None and why is None  # in the background: the page refreshes until it is there
         return self._page(HTTPStatus.OK, "plan.html", tip=tip, head=head, blocks=blocks, pp=pp, why=why,
-                          has_changes=the_plan.has_changes if the_plan else False, refresh=0)
+                          computing=computing, has_changes=the_plan.has_changes if the_plan else False,
+                          refresh=REFRESH_MS_SMALL if computing else 0)
 
     def _page(self, status: HTTPStatus, template: str, **ctx: Any) -> Answer:
         ctx.setdefault("tip", None)

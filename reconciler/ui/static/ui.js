@@ -43,6 +43,8 @@
         });
         if (fresh.innerHTML !== el.innerHTML) el.innerHTML = fresh.innerHTML;
       });
+      // A page that stops refreshing (/plan once its plan is there) says so in its data-refresh.
+      every = parseInt(doc.body.getAttribute("data-refresh") || "0", 10);
       body.classList.remove("stale");
       tickClocks();
     }).catch(function () {
