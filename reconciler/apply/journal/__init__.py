@@ -5,7 +5,7 @@ completed, and every write is a compare-and-set of the whole record, so a proces
 leaves a record it can resume from, and two writers never silently overwrite each other.
 
 `Journal` is the one object callers hold; its parts, one concern per module, each a class over `History`
-over `RecordAccess`:
+over `RecordAccess` (import-linter keeps the layers, the document pure, and the executor out):
   document.py    the record's document: schema, limits, and how each part is read into a value (pure)
   access.py      the store, the read cache, broken records, the compare-and-set write; the `apply` lock
   history.py     the transition log, the lineage, the savepoint list

@@ -1,5 +1,5 @@
 """The record's document: its schema, its limits, and how each part of it is read into a value. Pure: no
-store, no clock, no file, so what a record holds can be read in one place.
+store, no clock, no file (import-linter keeps it so), so what a record holds can be read in one place.
 
 A record is one JSON document per app: the Flux-style pair (last applied vs. last attempted revision), the
 in-flight execution (plan, current step and its phase, the step's scratch data such as a savepoint trigger id
@@ -15,14 +15,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum, StrEnum
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
 
 from reconciler.core.observed import AppRecord, Outcome, SavepointRecord
 from reconciler.core.plan import AppPlan
 from reconciler.errors import JournalError
-from reconciler.live.records import Doc
+
+if TYPE_CHECKING:
+    from reconciler.live.records import Doc
 
 RECORD_KIND: Final = "FlinkReconcilerRecord"
 SCHEMA_VERSION: Final = 1
