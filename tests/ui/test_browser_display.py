@@ -80,7 +80,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
 @pytest.fixture(scope="module")
 def ui(world: World) -> Iterator[UiProc]:
     proc = UiProc("--state-dir", str(world.state_dir), "--repo", str(world.repo.origin), "--poll-interval",
-                  str(POLL_S), "--dry-run", "--cache-dir", str(world.state_dir.parent / "cache"))
+                  str(POLL_S), "--cache-dir", str(world.state_dir.parent / "cache"),
+                  env={"FLINK_RECONCILER_DRY_RUN": "true"})
     yield proc
     proc.stop()
 
