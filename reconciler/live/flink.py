@@ -41,6 +41,8 @@ from reconciler.live.ports import CheckpointStats, ClusterOverview, JobSummary, 
 # Submits run the job's main() inside the JobManager: give them more time than a status read.
 _SUBMIT_TIMEOUT_FLOOR = 60.0
 _JSON = "application/json"
+# GET /jobs/<id>/checkpoints of a job without checkpoint statistics (CheckpointingStatisticsHandler, 404)
+_NOT_ENABLED = "Checkpointing has not been enabled"
 # Flink's StopWithSavepointStoppingException: "A savepoint has been created at: <path>, but the corresponding job
 # <id> failed during stopping. The savepoint is consistent, but might have uncommitted transactions."
 _SAVEPOINT_MADE = re.compile(r"A savepoint has been created at: (\S+?), but the corresponding job")
@@ -319,7 +321,16 @@ class FlinkRestClient:
         return SavepointStatus(done=True)
 
     def checkpoints(self, job_id: str) -> CheckpointStats:
-        body = self._json("GET", f"/jobs/{job_id}/checkpoints", job_id=job_id)
+        """The job's checkpoint statistics. A job without them (Flink's 404 "Checkpointing has not been enabled.":
+        no checkpoint coordinator, e.g. a job that failed at submission, "(application driver)") has none: no
+        checkpoints, not an unknown job (the Flink operator's AbstractFlinkService reads it the same way)."""
+        resp = self._request("GET", f"/jobs/{job_id}/checkpoints", job_id=job_id, ok_statuses=(404,))
+        if resp.status_code == 404:
+            if any(_NOT_ENABLED in e for e in errors_of(resp)):
+                return CheckpointStats(completed_count=0, latest_completed_id=None, latest_completed_path=None,
+                                       latest_completed_at=None, restored_path=None, restored_is_savepoint=None)
+            raise error_for(resp, method="GET", url=self._url(f"/jobs/{job_id}/checkpoints"), job_id=job_id)
+        body = self._body(resp, "GET", f"/jobs/{job_id}/checkpoints")
         latest = body.get("latest") or {}
         completed = latest.get("completed") or {}
         restored = latest.get("restored") or {}
@@ -437,6 +448,9 @@ class FlinkRestClient:
         timeout: float | None = None,
     ) -> dict[str, Any]:
         resp = self._request(method, path, job_id=job_id, payload=payload, files=files, timeout=timeout)
+        return self._body(resp, method, path)
+
+    def _body(self, resp: httpx.Response, method: str, path: str) -> dict[str, Any]:
         try:
             body = resp.json()
         except ValueError as e:

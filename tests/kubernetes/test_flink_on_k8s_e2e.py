@@ -52,6 +52,7 @@ from typing import Any
 import httpx
 import pytest
 from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
 
 from reconciler.apply.executor import AppResult, Executor
 from reconciler.apply.journal import Journal
@@ -70,6 +71,7 @@ from reconciler.spec.model import FlinkApp
 from tests.fixtures.flink import COUNTER_MAIN, read_counts, wait_until
 from tests.kubernetes.conftest import KUBECONFIG
 from tests.kubernetes.process_node import Image, ProcessNode, needs_root_reason
+from tests.kubernetes.real_node import RealNode, load_image, real_node_reason
 from tests.kubernetes.standin import Standin
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.flink, pytest.mark.slow]
@@ -135,6 +137,10 @@ class PreGenerationRuntime(KubernetesRuntime):
         return objs
 
 
+# The node lab's taint when it is dedicated to these tests (scripts/k8s-node-lab.sh, K8S_NODE_LAB_DEDICATED=1).
+LAB_TOLERATION = {"key": "node-lab.flink-reconciler.io/dedicated", "operator": "Exists", "effect": "NoSchedule"}
+
+
 def app_spec(ns: str, *, rate: int = 100, entry_class: str = COUNTER_MAIN, name: str = APP,
              out: str = "out") -> FlinkApp:
     """The app as a user would write it for Kubernetes, minus highAvailability (see above)."""
@@ -146,7 +152,10 @@ def app_spec(ns: str, *, rate: int = 100, entry_class: str = COUNTER_MAIN, name:
             "job": {"jarURI": "local:///opt/flink/usrlib/counter.jar", "entryClass": entry_class,
                     "args": ["--output-dir", f"/flink-data/{out}", "--keys", str(KEYS), "--rate", str(rate)],
                     "parallelism": 2},
-            "taskManager": {"replicas": 1, "slots": 2, "volumeClaimTemplates": [
+            # A quarter core per pod: a two-core lab node (scripts/k8s-node-lab.sh) schedules an upgrade's new pods
+            # while the old ones terminate (the process node ignores cpu).
+            "jobManager": {"resources": {"cpu": 0.25}},
+            "taskManager": {"replicas": 1, "slots": 2, "resources": {"cpu": 0.25}, "volumeClaimTemplates": [
                 {"name": "local-state", "mountPath": "/flink-local", "storage": "1Gi"}]},
             "flinkConfiguration": {
                 "execution.checkpointing.interval": "1 s",
@@ -162,10 +171,14 @@ def app_spec(ns: str, *, rate: int = 100, entry_class: str = COUNTER_MAIN, name:
                 "heartbeat.timeout": "10 s",
             },
             "podTemplate": {"spec": {
+                "tolerations": [LAB_TOLERATION],
                 "volumes": [{"name": "flink-data", "persistentVolumeClaim": {"claimName": CLAIM}}],
                 "containers": [{"name": r.MAIN_CONTAINER,
                                 "volumeMounts": [{"name": "flink-data", "mountPath": "/flink-data"}]}]}},
-            "deadlines": {"start": "30s", "savepoint": "60s", "healthy": "60s", "delete": "90s"},
+            # A real node starts a pod in 10-30 s on a loaded two-core machine (two JVMs per pod: BashJavaUtils,
+            # then Flink), against about 3 s for the process node's cached memory flags and warm page cache.
+            "deadlines": {"start": "150s" if KUBECONFIG else "30s", "savepoint": "60s",
+                          "healthy": "150s" if KUBECONFIG else "60s", "delete": "90s"},
         },
     })
 
@@ -174,13 +187,15 @@ def app_spec(ns: str, *, rate: int = 100, entry_class: str = COUNTER_MAIN, name:
 class K8sWorld:
     api: k8s_client.ApiClient
     ns: str
-    node: ProcessNode
+    node: ProcessNode | RealNode
     runtime: KubernetesRuntime  # NoHaRuleRuntime until the HA tests
     journal: Journal
     state: Path
     revision: int = 0
     app: str = APP  # the app the helpers look at
     out: str = "out"
+    http: httpx.Client = HTTP  # to Flink through the API server's service proxy (a real one: with credentials)
+    kubeconfig: str | None = None  # a real cluster's (None: the stand-in)
 
     def executor(self) -> Executor:
         return Executor(self.runtime, self.journal, SystemClock(), resolve_jar=lambda a: None, poll_interval=0.5)
@@ -208,7 +223,7 @@ class K8sWorld:
 
     def rest(self, path: str) -> Any:
         url = f"{self.runtime.kube.host}/api/v1/namespaces/{self.ns}/services/{self.app}-rest:{r.REST_PORT}/proxy{path}"
-        resp = HTTP.get(url, timeout=10)
+        resp = self.http.get(url, timeout=10)
         resp.raise_for_status()
         return resp.json()
 
@@ -275,10 +290,13 @@ def api_env(url: str, ns: str) -> dict[str, str]:
 def k8s_world(standin: Standin | None, flink_home: Path, counter_jar: Path, tmp: Path, *, ns_prefix: str,
               poll_interval: float) -> Iterator[K8sWorld]:
     """The stand-in API server, a process node running real Flink for its pods, the data claim, and the
-    runtime with the HA rule off (the no-HA tests need it): one per module."""
-    if standin is None or KUBECONFIG:
-        pytest.skip("needs the stand-in: on a real API server the pods would need its service proxy to reach "
-                    "127.0.0.x (refused)")
+    runtime with the HA rule off (the no-HA tests need it): one per module. With FLINK_RECONCILER_TEST_KUBECONFIG,
+    a real cluster's node instead (real_node.py)."""
+    if KUBECONFIG:
+        with real_node_world(counter_jar, tmp, ns_prefix=ns_prefix, poll_interval=poll_interval) as w:
+            yield w
+        return
+    assert standin is not None
     if (why := needs_root_reason()) is not None:
         pytest.skip(why)
     usrlib = tmp / "image-usrlib"
@@ -308,6 +326,44 @@ def k8s_world(standin: Standin | None, flink_home: Path, counter_jar: Path, tmp:
                 if "Exception" in text or "ERROR" in text:
                     print(f"--- {name} (tail)\n{text[-1500:]}")
     standin.set_auto_ready(True)
+
+
+_LOADED: set[str] = set()  # images loaded into the real node's containerd by this test session
+
+
+@contextlib.contextmanager
+def real_node_world(counter_jar: Path, tmp: Path, *, ns_prefix: str, poll_interval: float) -> Iterator[K8sWorld]:
+    """The same world on a real node (scripts/k8s-node-lab.sh): the counter jar baked into the test image, a
+    throwaway namespace, the data claim from the node's provisioner."""
+    assert KUBECONFIG
+    api = k8s_config.new_client_from_config(config_file=KUBECONFIG)  # type: ignore[no-untyped-call]
+    if (why := real_node_reason(api)) is not None:
+        pytest.skip(f"the e2e modules need the process node (stand-in) or a real node: {why}")
+    if IMAGE not in _LOADED:
+        usrlib = tmp / "image-usrlib"
+        usrlib.mkdir()
+        shutil.copy(counter_jar, usrlib / "counter.jar")
+        load_image(IMAGE, usrlib)
+        _LOADED.add(IMAGE)
+    ns = f"{ns_prefix}-{os.getpid()}"
+    core = k8s_client.CoreV1Api(api)
+    core.create_namespace(k8s_client.V1Namespace(metadata=k8s_client.V1ObjectMeta(name=ns)))
+    rt = NoHaRuleRuntime(api, clock=SystemClock(), namespaces=[ns], rest_via="proxy", poll_interval=poll_interval)
+    rt.kube.request("POST", f"/api/v1/namespaces/{ns}/persistentvolumeclaims", body={
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "5Gi"}}}})
+    node = RealNode(api, [ns])
+    try:
+        with Journal(tmp / "state" / "journal.sqlite", SystemClock()) as journal:
+            w = K8sWorld(api, ns, node, rt, journal, tmp / "state", http=rt._proxy_client(), kubeconfig=KUBECONFIG)
+            try:
+                yield w
+            finally:
+                for name, text in node.all_logs():
+                    if "Exception" in text or "ERROR" in text:
+                        print(f"--- {name} (tail)\n{text[-1500:]}")
+    finally:
+        core.delete_namespace(ns, propagation_policy="Foreground")
 
 
 def module_world(name: str, *, ns_prefix: str, poll_interval: float) -> Any:
@@ -382,7 +438,8 @@ def test_a_reconciler_killed_mid_upgrade_resumes_from_the_journal(world: K8sWorl
     before = w.counts()
     plan_file = w.state / "plan.json"
     plan_file.write_text(json.dumps({"revision": rev, "plan": ap.model_dump(mode="json"), "ns": w.ns,
-                                     "host": w.runtime.kube.host, "journal": str(w.journal.path)}))
+                                     "host": w.runtime.kube.host, "journal": str(w.journal.path),
+                                     "kubeconfig": w.kubeconfig}))
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(plan_file)], cwd=Path(__file__).parents[2],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -405,17 +462,21 @@ def test_a_reconciler_killed_mid_upgrade_resumes_from_the_journal(world: K8sWorl
 
 CHILD = """
 import json, sys
-from kubernetes import client as k8s_client
+from kubernetes import client as k8s_client, config as k8s_config
 from reconciler.apply.executor import AppResult, Executor
 from reconciler.apply.journal import Journal
 from reconciler.clock import SystemClock
 from reconciler.core.plan import AppPlan
 from tests.kubernetes.test_flink_on_k8s_e2e import NoHaRuleRuntime
 doc = json.load(open(sys.argv[1]))
-cfg = k8s_client.Configuration()
-cfg.host = doc["host"]
-cfg.api_key["BearerToken"] = "Bearer stand-in-token"
-rt = NoHaRuleRuntime(k8s_client.ApiClient(cfg), clock=SystemClock(), namespaces=[doc["ns"]], rest_via="proxy",
+if doc.get("kubeconfig"):
+    api = k8s_config.new_client_from_config(config_file=doc["kubeconfig"])
+else:
+    cfg = k8s_client.Configuration()
+    cfg.host = doc["host"]
+    cfg.api_key["BearerToken"] = "Bearer stand-in-token"
+    api = k8s_client.ApiClient(cfg)
+rt = NoHaRuleRuntime(api, clock=SystemClock(), namespaces=[doc["ns"]], rest_via="proxy",
                      poll_interval=0.5)
 from pathlib import Path
 with Journal(Path(doc["journal"]), SystemClock()) as j:

@@ -449,9 +449,9 @@ def test_a_takeover_killed_at_three_step_boundaries_continues_the_counts_from_th
     pods = w.runtime.kube.list("Pod", w.ns, "")
     assert pods and all(p["metadata"]["labels"].get(r.LABEL_MANAGED_BY) == r.MANAGED_BY for p in pods), \
         [p["metadata"]["name"] for p in pods]
-    with w.node._lock:  # and so is every JVM the node runs
-        runs = list(w.node.pods.values())
-    assert runs and all(run.pod["metadata"]["labels"].get(r.LABEL_MANAGED_BY) == r.MANAGED_BY for run in runs)
+    with w.node._lock:  # and so is every JVM the node runs (a process node's PodRun, a real node's pod)
+        runs = [run if isinstance(run, dict) else run.pod for run in w.node.pods.values()]
+    assert runs and all(pod["metadata"]["labels"].get(r.LABEL_MANAGED_BY) == r.MANAGED_BY for pod in runs)
     record = last.journal.record(APP)
     assert record is not None and record.last_applied_revision == rev and record.job_id == ours
     assert [s.path for s in record.savepoints] == [operator.savepoint]

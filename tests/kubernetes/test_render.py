@@ -15,7 +15,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from reconciler.core.plan import deterministic_job_id
-from reconciler.errors import RenderError, SpecError
+from reconciler.errors import ReconcilerError, RenderError, SpecError
 from reconciler.live.kubernetes import render as r
 from tests.kubernetes.apps import EXAMPLES, app
 
@@ -130,6 +130,22 @@ def test_config_yaml_contents() -> None:
     assert conf["execution.checkpointing.savepoint-dir"] == "s3://bucket/savepoints/counter"
     assert conf["parallelism.default"] == "2"
     assert "log4j-console.properties" in cm["data"]
+
+
+def test_the_config_carries_the_java_options_flink_needs_on_java_17() -> None:
+    """The ConfigMap replaces the image's config.yaml, whose env.java.opts.all held Flink's --add-opens list: without
+    it every job failed on a real node (InaccessibleObjectException). Rendered as env.java.default-opts.all, the same
+    list as flink-dist's own config.yaml, and a user's env.java.opts.all stays theirs."""
+    conf = r.flink_config(app(flinkConfiguration={"env.java.opts.all": "-XX:+HeapDumpOnOutOfMemoryError"}))
+    opts = conf["env.java.default-opts.all"].split()
+    assert "--add-opens=java.base/java.util=ALL-UNNAMED" in opts
+    assert conf["env.java.opts.all"] == "-XX:+HeapDumpOnOutOfMemoryError"
+    try:
+        from reconciler.live.local.config import FlinkDist
+        dist = FlinkDist.discover()
+    except ReconcilerError:
+        return  # no Flink distribution installed: the list above is what 2.3 ships
+    assert tuple(opts) == dist.java_opts_all, "the rendered list drifted from the installed Flink's"
 
 
 def test_container_memory_is_above_the_jvm_process_size() -> None:

@@ -37,7 +37,7 @@ from reconciler.spec.model import FlinkApp
 from tests.fixtures.flink import COUNTER_MAIN, read_counts, wait_until
 from tests.kubernetes.conftest import KUBECONFIG
 from tests.kubernetes.standin import Standin
-from tests.kubernetes.test_flink_on_k8s_e2e import CLAIM, IMAGE, K8sWorld, k8s_world
+from tests.kubernetes.test_flink_on_k8s_e2e import CLAIM, IMAGE, LAB_TOLERATION, K8sWorld, k8s_world
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.flink, pytest.mark.slow]
 
@@ -53,11 +53,15 @@ metadata:
   namespace: {ns}
 spec:
   image: {IMAGE}
+  jobManager:
+    resources:
+      cpu: 0.25
   taskManager:
     replicas: 1
     slots: 2
     resources:
       memory: {tm_memory}
+      cpu: 0.25
   flinkConfiguration:
     execution.checkpointing.interval: 1 s
     execution.checkpointing.dir: file:///flink-data/checkpoints
@@ -67,6 +71,7 @@ spec:
     heartbeat.timeout: 10 s
   podTemplate:
     spec:
+      tolerations: [{{key: {LAB_TOLERATION["key"]}, operator: Exists, effect: NoSchedule}}]
       volumes:
       - name: flink-data
         persistentVolumeClaim:
@@ -83,6 +88,11 @@ JARS = {A: "local:///opt/flink/usrlib/counter.jar",  # staged from the image by 
         B: "jobs/counter.jar"}  # a repository jar: uploaded by the reconciler over REST
 
 
+# A real node starts pods slower than the process node (see app_spec of test_flink_on_k8s_e2e.py); the cluster's
+# pods request a quarter core each so that a cluster change fits beside the running cluster on a lab node.
+START = "150s" if KUBECONFIG else "30s"
+
+
 def app_yaml(ns: str, name: str, rate: int) -> str:
     return f"""apiVersion: flink-reconciler.io/v1alpha1
 kind: FlinkApp
@@ -96,7 +106,7 @@ spec:
     entryClass: {COUNTER_MAIN}
     args: ["--output-dir", "/flink-data/out-{name}", "--keys", "{KEYS}", "--rate", "{rate}"]
     parallelism: 1
-  deadlines: {{start: 30s, savepoint: 60s, healthy: 60s, delete: 60s}}
+  deadlines: {{start: {START}, savepoint: 60s, healthy: {START}, delete: 60s}}
 """
 
 
@@ -171,8 +181,6 @@ class SessionWorld:
 @pytest.fixture(scope="module")
 def world(_standin: Standin | None, flink_home: Path, counter_jar: Path,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionWorld]:
-    if KUBECONFIG:
-        pytest.skip("needs the stand-in: the process node's pods are reached through its service proxy")
     with k8s_world(_standin, flink_home, counter_jar, tmp_path_factory.mktemp("k8s-session"), ns_prefix="fr-ss",
                    poll_interval=0.3) as w:
         sw = SessionWorld(w, SessionRuntime(w.runtime), counter_jar)

@@ -169,7 +169,8 @@ def kill_at(w: K8sWorld, ap: AppPlan, rev: str, step: int) -> None:
     """Run the plan in a child process (a reconciler) and SIGKILL it once step `step` is done."""
     plan_file = w.state / "plan.json"
     plan_file.write_text(json.dumps({"revision": rev, "plan": ap.model_dump(mode="json"), "ns": w.ns,
-                                     "host": w.runtime.kube.host, "journal": str(w.journal.path)}))
+                                     "host": w.runtime.kube.host, "journal": str(w.journal.path),
+                                     "kubeconfig": w.kubeconfig}))
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(plan_file)], cwd=Path(__file__).parents[2],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

@@ -127,6 +127,33 @@ _RESERVED: dict[str, str] = {
     "web.upload.dir": "the jar directory of a warm standby's session JobManager",
 }
 
+# The JVM options Flink 2 needs on Java 17 (module access for Kryo, Pekko, the table planner), as flink-dist 2.3's own
+# config.yaml sets them in env.java.opts.all. Our ConfigMap replaces the image's config.yaml, so without them every
+# job failed with `InaccessibleObjectException: module java.base does not "opens java.util"` (found on a real node).
+# Rendered as env.java.default-opts.all, which Flink prepends to env.java.opts.all: a user's env.java.opts.all adds
+# options instead of dropping these (as the Flink operator does for Flink 1.19+).
+JAVA_DEFAULT_OPTS = " ".join((
+    "--add-exports=java.rmi/sun.rmi.registry=ALL-UNNAMED",
+    "--add-exports=jdk.compiler/com.sun.tools.javac.api=ALL-UNNAMED",
+    "--add-exports=jdk.compiler/com.sun.tools.javac.file=ALL-UNNAMED",
+    "--add-exports=jdk.compiler/com.sun.tools.javac.parser=ALL-UNNAMED",
+    "--add-exports=jdk.compiler/com.sun.tools.javac.tree=ALL-UNNAMED",
+    "--add-exports=jdk.compiler/com.sun.tools.javac.util=ALL-UNNAMED",
+    "--add-exports=java.security.jgss/sun.security.krb5=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang=ALL-UNNAMED",
+    "--add-opens=java.base/java.net=ALL-UNNAMED",
+    "--add-opens=java.base/java.io=ALL-UNNAMED",
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang.reflect=ALL-UNNAMED",
+    "--add-opens=java.base/java.text=ALL-UNNAMED",
+    "--add-opens=java.base/java.time=ALL-UNNAMED",
+    "--add-opens=java.base/java.util=ALL-UNNAMED",
+    "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED",
+    "--add-opens=java.base/java.util.concurrent.atomic=ALL-UNNAMED",
+    "--add-opens=java.base/java.util.concurrent.locks=ALL-UNNAMED",
+))
+
 LOG4J_CONSOLE = """\
 rootLogger.level = INFO
 rootLogger.appenderRef.console.ref = ConsoleAppender
@@ -360,6 +387,7 @@ def flink_config(app: FlinkApp, generation: str = "") -> dict[str, str]:
         # A failed submit shows as a FAILED job (with its exception) instead of a crash-looping JobManager.
         "execution.submit-failed-job-on-application-error": "true",
         "kubernetes.namespace": ns,
+        "env.java.default-opts.all": JAVA_DEFAULT_OPTS,
     }
     merged = {**defaults, **s.flink_configuration, **owned}
     return dict(sorted(merged.items()))

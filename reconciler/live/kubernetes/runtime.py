@@ -19,6 +19,7 @@ What the runtime owns of an app (see `render` for the objects):
 from __future__ import annotations
 
 import logging
+import ssl
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
@@ -472,9 +473,7 @@ class KubernetesRuntime(SessionClusters, WarmStandby, OperatorDeployments):
         token = (cfg.auth_settings().get("BearerToken") or {}).get("value")
         if self._http is None or self._http_token != token:
             headers = {"Authorization": token} if token else {}
-            verify: Any = cfg.ssl_ca_cert or cfg.verify_ssl
-            cert = (cfg.cert_file, cfg.key_file) if cfg.cert_file else None
-            self._http = httpx.Client(headers=headers, verify=verify, cert=cert, timeout=10.0)
+            self._http = httpx.Client(headers=headers, verify=tls_context(cfg), timeout=10.0)
             self._http_token = token
         return self._http
 
@@ -529,3 +528,18 @@ def _selects(selector: str, app: str) -> bool:
 
 
 __all__ = ["OWNED_KINDS", "PRUNABLE", "KubernetesRuntime"]
+
+
+def tls_context(cfg: Any) -> ssl.SSLContext:
+    """One SSLContext with the kubeconfig's CA (or the system's) and its client certificate, if any.
+
+    httpx (0.28+) ignores `cert=` when `verify` is a CA path: a kubeconfig that logs in with a client certificate
+    (kind's, kubeadm's) went out anonymous through the service proxy (403 for system:anonymous); found on a real
+    node. A context carrying both is what httpx uses as given."""
+    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
+    if not cfg.verify_ssl:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if cfg.cert_file:
+        ctx.load_cert_chain(cfg.cert_file, cfg.key_file or None)
+    return ctx
