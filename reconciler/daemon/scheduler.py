@@ -24,6 +24,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from pydantic import SecretStr
 
 from reconciler import __version__
+from reconciler.alerting.alerter import Alerter
 from reconciler.clock import Clock, SystemClock
 from reconciler.daemon.dashboard import dashboard_for
 from reconciler.daemon.http import Endpoints, HttpServer
@@ -182,8 +183,10 @@ class Daemon:
         settings: Settings,
         metrics: Metrics,
         clock: Clock | None = None,
+        alerter: Alerter | None = None,
     ) -> None:
         self.service = service
+        self.alerter = alerter  # conditions judged after each pass and on a timer; notifications (docs/alerts.md)
         self.settings = settings
         self.metrics = metrics
         self.clock: Clock = clock if clock is not None else SystemClock()
@@ -207,7 +210,7 @@ class Daemon:
                 readiness=self.readiness,
                 metrics=metrics,
                 status_page=self.status_page,
-                ui=dashboard_for(service, settings, self.clock),
+                ui=dashboard_for(service, settings, self.clock, alerts=alerter.active if alerter else None),
             ),
         )
 
@@ -228,6 +231,9 @@ class Daemon:
             start_date=datetime.now(UTC) + timedelta(seconds=self.settings.drift_interval + self._drift_offset()),
             jitter=self.settings.drift_interval * DRIFT_JITTER,
         )
+        if self.alerter is not None:  # time-based conditions (no pass for too long, a checkpoint aging) between passes
+            self._scheduler.add_job(self.alerter.tick, "interval", seconds=min(30.0, self.settings.poll_interval),
+                                    id="alerts", name="alerts")
         self._scheduler.start()
         log.info(
             "daemon started",
@@ -275,6 +281,8 @@ class Daemon:
         if not self.runner.join(t_end - self.clock.monotonic()):
             clean = False
             log.error("the running sync did not end within the %.1fs shutdown deadline", deadline)
+        if self.alerter is not None:  # what is queued gets one more try, within what is left of the deadline
+            self.alerter.close(timeout=max(0.5, min(5.0, t_end - self.clock.monotonic())))
         self.http.stop()
         log.info("daemon stopped", extra={"clean": clean})
         return clean

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from reconciler.alerting.facts import AppFacts, facts_of
 from reconciler.apply.executor import AppResult, Executor, StepEvent
 from reconciler.apply.journal import Journal, broken_reason
 from reconciler.clock import Clock
@@ -45,7 +46,7 @@ from reconciler.logs import log_context
 from reconciler.report.reporter import Reporter
 from reconciler.report.status import LINEAGE_PREFIX, CommitStatus
 from reconciler.service import sessions
-from reconciler.service.ports import APP_STATES, AutoscaleHook, PassMetrics
+from reconciler.service.ports import APP_STATES, AppHealth, AutoscaleHook, PassMetrics
 from reconciler.service.sharding import Shard, shard_view
 from reconciler.settings import redact_url
 from reconciler.source.git import GitSource
@@ -124,6 +125,7 @@ class Reconciler:
         self._said: dict[str, tuple[tuple[str, str], str]] = {}  # app -> the blocked/error status said (_stable)
         self._states: dict[str, tuple[str, str]] = {}  # app -> (state, why) after the last pass that planned it
         self._waiting: dict[str, tuple[str, str]] = {}  # app -> (state, why) last logged while it was not ok
+        self._observed: PlanInput | None = None  # what the acting pass planned from (its apps' health facts)
         # spec.autoscale (service/autoscale.py): sampled and decided after each pass of the daemon
         self.autoscaler: AutoscaleHook | None = None
 
@@ -378,6 +380,8 @@ class Reconciler:
     def _plan(self, rev: str, *, only: Collection[str] | None = None, track_health: bool = False) -> Plan:
         """The plan of `rev`, session clusters included (core/session_planner.py)."""
         inp = self.plan_input(rev, only=only, track_health=track_health)
+        if track_health:
+            self._observed = inp
         return plan_with_sessions(inp, sessions.observe(self.runtime, self.load(rev)), only=only)
 
     def runtime_problems(self, loaded: LoadResult) -> tuple[SpecError, ...]:
@@ -471,6 +475,31 @@ class Reconciler:
             for state, _ in self._states.values():
                 counts[state] += 1
             self.metrics.set_app_states(counts, owner=str(self.shard or ""))
+        if isinstance(self.metrics, AppHealth):
+            self.metrics.app_health(self._facts(the_plan, results), full=full, owner=str(self.shard or ""))
+        self._observed = None
+
+    def _facts(self, the_plan: Plan, results: dict[str, AppResult]) -> list[AppFacts]:
+        """Each planned app's health from what this pass already read (docs/alerts.md#metrics). An app executed in
+        this pass was observed before its change: its job facts wait for the next pass's observation."""
+        inp = self._observed
+        if inp is None or inp.revision != the_plan.revision:
+            return []
+        broken = self.journal.broken()
+        loaded = self._loaded.apps if self._loaded is not None else {}
+        out = []
+        for ap in the_plan.apps:
+            res = results.get(ap.app)
+            la = loaded.get(ap.app)
+            spec = la.app if la is not None else inp.previous.get(ap.app)
+            live = inp.live.get(ap.app)
+            record = inp.records.get(ap.app)
+            if res is not None:
+                live = LiveApp(name=ap.app, cluster=ClusterPhase.UNKNOWN)
+                record = self.journal.record(ap.app) or record
+            out.append(facts_of(ap, outcome=res.outcome if res else None, message=res.message if res else None,
+                                live=live, record=record, spec=spec, unreadable=broken.get(ap.app)))
+        return out
 
     def status_text(self) -> str:
         """The status page's app lines: how many apps are in which state, and why each one that is not ok."""
@@ -505,6 +534,8 @@ class Reconciler:
         self._states = {}
         if self.metrics:
             self.metrics.set_app_states({}, owner=str(self.shard or ""))
+        if isinstance(self.metrics, AppHealth):
+            self.metrics.forget_owner(str(self.shard or ""))
 
     def _check_saved(self, saved: Plan) -> Plan:
         if saved.mode != "live":
