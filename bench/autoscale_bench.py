@@ -49,8 +49,8 @@ sys.path.insert(0, str(ROOT))
 from reconciler.apply.journal import Journal  # noqa: E402
 from reconciler.clock import SystemClock  # noqa: E402
 from reconciler.daemon.metrics import Metrics  # noqa: E402
-from reconciler.live.local import LocalRuntime  # noqa: E402
-from reconciler.live.local_config import find_flink_home  # noqa: E402
+from reconciler.live.local.config import find_flink_home  # noqa: E402
+from reconciler.live.local.runtime import LocalRuntime  # noqa: E402
 from reconciler.service.autoscale import Autoscaler  # noqa: E402
 from reconciler.service.reconcile import Reconciler  # noqa: E402
 from reconciler.source.git import GitSource  # noqa: E402

@@ -75,8 +75,8 @@ from reconciler.apply.journal import Journal
 from reconciler.clock import SystemClock
 from reconciler.core.plan import spec_hash
 from reconciler.errors import ReconcilerError
-from reconciler.live.local import LocalRuntime
-from reconciler.live.local_config import MARKER_PROPERTY, find_flink_home
+from reconciler.live.local.config import MARKER_PROPERTY, find_flink_home
+from reconciler.live.local.runtime import LocalRuntime
 from reconciler.spec.model import FlinkApp
 from tests.faults.proxy import FaultProxy, Rule
 from tests.fixtures.flink import COUNTER_DIR, COUNTER_MAIN, read_counts, teardown_runtime

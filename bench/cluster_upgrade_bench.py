@@ -68,7 +68,7 @@ from bench.upgrade_bench import (  # noqa: E402
 )
 from reconciler.clock import SystemClock  # noqa: E402
 from reconciler.core.observed import JobPhase, job_phase  # noqa: E402
-from reconciler.live.local import LocalRuntime  # noqa: E402
+from reconciler.live.local.runtime import LocalRuntime  # noqa: E402
 from reconciler.service.factories import make_reconciler  # noqa: E402
 from reconciler.service.reconcile import PassResult  # noqa: E402
 from reconciler.settings import load_settings  # noqa: E402

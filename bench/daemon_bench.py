@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 
 from reconciler.clock import SystemClock
-from reconciler.live.local import LocalRuntime
-from reconciler.live.local_config import find_flink_home
+from reconciler.live.local.config import find_flink_home
+from reconciler.live.local.runtime import LocalRuntime
 from tests.e2e.test_daemon_e2e import (
     APP,
     JAR_PATH,

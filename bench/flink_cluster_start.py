@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from reconciler.clock import SystemClock  # noqa: E402
 from reconciler.core.observed import JobPhase, job_phase  # noqa: E402
-from reconciler.live.local import LocalRuntime  # noqa: E402
+from reconciler.live.local.runtime import LocalRuntime  # noqa: E402
 from tests.fixtures.flink import COUNTER_DIR, counter_app  # noqa: E402
 
 JOB_ID = "b" * 32

@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client as k8s_client
 
 from reconciler.clock import FakeClock
-from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
 from tests.kubernetes.apps import app
 from tests.kubernetes.standin import Standin
 

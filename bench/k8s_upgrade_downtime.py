@@ -76,10 +76,10 @@ from reconciler.clock import SystemClock  # noqa: E402
 from reconciler.core.observed import JobPhase, Outcome, job_phase  # noqa: E402
 from reconciler.core.plan import Action  # noqa: E402
 from reconciler.core.planner import Desired, PlanInput, Policy, plan  # noqa: E402
-from reconciler.live import k8s_render  # noqa: E402
-from reconciler.live.k8s_generations import Pointers  # noqa: E402
-from reconciler.live.local import LocalRuntime  # noqa: E402
-from reconciler.live.local_config import find_flink_home  # noqa: E402
+from reconciler.live.kubernetes import render as k8s_render  # noqa: E402
+from reconciler.live.kubernetes.generations import Pointers  # noqa: E402
+from reconciler.live.local.config import find_flink_home  # noqa: E402
+from reconciler.live.local.runtime import LocalRuntime  # noqa: E402
 from reconciler.live.observe import observe  # noqa: E402
 from reconciler.live.ports import Runtime  # noqa: E402
 from reconciler.spec.model import FlinkApp  # noqa: E402

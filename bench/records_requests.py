@@ -22,8 +22,8 @@ from kubernetes import client as k8s_client
 from reconciler.apply.journal import Journal
 from reconciler.clock import FakeClock
 from reconciler.core.observed import Outcome
-from reconciler.live.k8s_api import Kube
-from reconciler.live.k8s_records import ConfigMapRecordStore
+from reconciler.live.kubernetes.api import Kube
+from reconciler.live.kubernetes.records import ConfigMapRecordStore
 from tests.kubernetes.standin import Standin
 
 REV = "1" * 40

@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.upgrade_bench import build_jar, git, job_args, remove_cluster, run_rounds  # noqa: E402
 from reconciler.clock import SystemClock  # noqa: E402
-from reconciler.live.local import LocalRuntime  # noqa: E402
+from reconciler.live.local.runtime import LocalRuntime  # noqa: E402
 from reconciler.service.factories import make_reconciler  # noqa: E402
 from reconciler.service.reconcile import PassResult  # noqa: E402
 from reconciler.settings import load_settings  # noqa: E402

@@ -238,7 +238,7 @@ def takeover(root: Path, n: int, shards: int, *, changed: int = 50) -> dict[str,
     kill -> the shard's Lease held by another replica -> every one of those apps' statuses on the origin."""
     from kubernetes import client as k8s_client
 
-    from reconciler.live.k8s_api import Kube
+    from reconciler.live.kubernetes.api import Kube
     from reconciler.service.sharding import shard_of
     from tests.kubernetes.standin import Standin
 

@@ -45,7 +45,7 @@ from reconciler.clock import SystemClock  # noqa: E402
 from reconciler.core.observed import JobPhase, job_phase  # noqa: E402
 from reconciler.core.plan import is_job_of  # noqa: E402
 from reconciler.live.flink import FlinkRestClient  # noqa: E402
-from reconciler.live.local import LocalRuntime  # noqa: E402
+from reconciler.live.local.runtime import LocalRuntime  # noqa: E402
 from reconciler.service.factories import make_reconciler  # noqa: E402
 from reconciler.service.reconcile import PassResult  # noqa: E402
 from reconciler.settings import load_settings  # noqa: E402

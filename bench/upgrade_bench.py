@@ -60,7 +60,7 @@ sys.path.insert(0, str(ROOT))
 from reconciler.apply.executor import EventPhase, StepEvent  # noqa: E402
 from reconciler.clock import SystemClock  # noqa: E402
 from reconciler.live.flink import FlinkRestClient  # noqa: E402
-from reconciler.live.local import LocalRuntime  # noqa: E402
+from reconciler.live.local.runtime import LocalRuntime  # noqa: E402
 from reconciler.service.factories import make_reconciler  # noqa: E402
 from reconciler.service.reconcile import Reconciler  # noqa: E402
 from reconciler.settings import Settings, load_settings  # noqa: E402

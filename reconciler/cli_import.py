@@ -120,7 +120,7 @@ def check(imp: Imported) -> Imported:
     on its session cluster by `check_sessions`."""
     if imp.app is None:
         return imp
-    from reconciler.live.k8s_render import kubernetes_problems
+    from reconciler.live.kubernetes.render import kubernetes_problems
 
     model: type[FlinkApp] | type[FlinkSessionCluster] = FlinkSessionCluster if imp.out_kind == SESSION_KIND \
         else FlinkApp
@@ -141,7 +141,7 @@ def check_sessions(imps: list[Imported]) -> list[Imported]:
     """Each session app as `validate --runtime kubernetes` sees it: its job on the session cluster imported with
     it (its effective app), and every running job on that cluster within its task slots. An app whose cluster is
     not imported with it is left as it is (the mapping says so)."""
-    from reconciler.live.k8s_render import kubernetes_problems
+    from reconciler.live.kubernetes.render import kubernetes_problems
 
     clusters = {(c.metadata.namespace, c.name): c for c in
                 (FlinkSessionCluster.model_validate(i.app) for i in imps

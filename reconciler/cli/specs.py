@@ -113,8 +113,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _runtime_errors(result: LoadResult, runtime: str | None) -> list[SpecError]:
     """What the runtime would refuse of the loaded apps; an app's spec.runtime.type overrides `runtime`."""
-    from reconciler.live.k8s_render import kubernetes_problems
-    from reconciler.live.k8s_storage import runs_on_kubernetes
+    from reconciler.live.kubernetes.render import kubernetes_problems
+    from reconciler.live.kubernetes.storage import runs_on_kubernetes
     from reconciler.settings import load_settings
 
     default = runtime or load_settings({}).runtime
@@ -131,7 +131,7 @@ UNVERSIONED = "unversioned"  # the revision stamped on objects rendered from fil
 
 def cmd_render(args: argparse.Namespace) -> int:
     from reconciler.core.plan import deterministic_job_id
-    from reconciler.live.k8s_render import render_app, session_cluster_app, to_yaml
+    from reconciler.live.kubernetes.render import render_app, session_cluster_app, to_yaml
 
     if args.spec_path is not None:
         if args.repo or args.rev or args.path or args.cache_dir:

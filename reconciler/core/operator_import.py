@@ -98,7 +98,7 @@ RENAMED_KEYS: dict[str, tuple[str, ...]] = {
     "security.principal": ("security.kerberos.login.principal",),
 }
 
-# Keys the reconciler's runtime sets itself (k8s_render), with the FlinkApp field that carries them instead.
+# Keys the reconciler's runtime sets itself (kubernetes.render), with the FlinkApp field that carries them instead.
 _OWNED_PORTS = {"jobmanager.rpc.port": "6123", "blob.server.port": "6124", "rest.port": "8081",
                 "taskmanager.rpc.port": "6122"}
 _OWNED_DROPPED = {

@@ -47,7 +47,7 @@ def make_auto_sharded(settings: Settings, metrics: Metrics | None, clock: Clock)
     import threading
 
     from reconciler.apply.journal import Journal
-    from reconciler.live.k8s_runtime import KubernetesRuntime
+    from reconciler.live.kubernetes.runtime import KubernetesRuntime
     from reconciler.service.autoscale import Autoscaler
     from reconciler.service.factories import (
         kubernetes_runtime,

@@ -68,7 +68,7 @@ class ShardLeases:
     def __init__(self, api_client: Any, *, clock: Clock, namespace: str, lease_name: str, shards: int,
                  identity: str, lease_duration: float = 15.0, renew_deadline: float = 10.0,
                  retry_period: float = 2.0) -> None:
-        from reconciler.live.k8s_lease import LeaseElector
+        from reconciler.live.kubernetes.lease import LeaseElector
 
         class _Elector(LeaseElector):
             def observe(self, lease: dict[str, Any] | None) -> None:
@@ -126,7 +126,7 @@ class ShardLeases:
 
     def tick(self) -> None:
         """One round: announce ourselves, renew what we hold, give up the surplus, take what is free."""
-        from reconciler.live.k8s_api import KubernetesApiError, KubernetesUnavailableError
+        from reconciler.live.kubernetes.api import KubernetesApiError, KubernetesUnavailableError
 
         taken: list[int] = []
         with self._mutex:
@@ -188,7 +188,7 @@ class ShardLeases:
     def _count_members(self, leases: dict[str, dict[str, Any]]) -> int:
         """Live replicas: our own membership plus every other one renewed within its duration on our clock.
         Membership Leases unrenewed for ten durations (replicas gone for good) are deleted."""
-        from reconciler.live.k8s_api import KubernetesApiError, KubernetesUnavailableError
+        from reconciler.live.kubernetes.api import KubernetesApiError, KubernetesUnavailableError
 
         now = self.clock.monotonic()
         prefix = f"{self.lease_name}-member-"
@@ -221,7 +221,7 @@ class ShardLeases:
         """Shutdown: give every shard up and leave (others take the shards at their next tick). A shard
         whose pass is still running after `timeout` seconds is not released: two replicas would then act
         on it at once. Its Lease expires instead, and its next holder resumes the pass from the records."""
-        from reconciler.live.k8s_api import KubernetesApiError, KubernetesUnavailableError
+        from reconciler.live.kubernetes.api import KubernetesApiError, KubernetesUnavailableError
 
         until = None if timeout is None else time.monotonic() + timeout
         with self._mutex:

@@ -1,7 +1,7 @@
 """The seams between the executor and the outside: a Flink REST API and a runtime.
 
 The executor, `status` and the daemon code against these Protocols; `live.flink.FlinkRestClient`,
-`live.local.LocalRuntime` and `live.k8s_runtime.KubernetesRuntime` implement them.
+`live.local.runtime.LocalRuntime` and `live.kubernetes.runtime.KubernetesRuntime` implement them.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A record is one JSON document per app (see `reconciler.apply.journal` for what i
 the runtime it describes, never only on the reconciler's own disk:
 
 - local runtime: `<state_dir>/records/<app>.json`, beside `clusters/` and `savepoints/` (this module);
-- kubernetes: a ConfigMap per app in the app's namespace (`reconciler.live.k8s_records`).
+- kubernetes: a ConfigMap per app in the app's namespace (`reconciler.live.kubernetes.records`).
 
 Every write is a compare-and-set on the version the writer last read, so a writer that raced another
 never overwrites it silently (`RecordConflictError`); the Kubernetes backend also checks the leader

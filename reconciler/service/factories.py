@@ -29,8 +29,8 @@ from reconciler.source.git import GitSource
 from reconciler.spec.policy import SpecPolicy
 
 if TYPE_CHECKING:
-    from reconciler.live.k8s_lease import LeaseElector
-    from reconciler.live.k8s_runtime import KubernetesRuntime
+    from reconciler.live.kubernetes.lease import LeaseElector
+    from reconciler.live.kubernetes.runtime import KubernetesRuntime
 
 
 
@@ -39,15 +39,15 @@ def make_runtime(settings: Settings, clock: Clock) -> Runtime | None:
     if settings.dry_run:
         return None
     if settings.runtime == "local":
-        from reconciler.live.local import LocalRuntime
+        from reconciler.live.local.runtime import LocalRuntime
         from reconciler.live.session import SessionRuntime
 
         # FlinkSessionClusters: session apps' jobs on shared clusters, every other app as before
         return SessionRuntime(LocalRuntime(settings.state_dir, clock=clock), clock)
     import os
 
-    from reconciler.live.k8s_runtime import KubernetesRuntime
-    from reconciler.live.k8s_session_runtime import KubernetesSessionRuntime
+    from reconciler.live.kubernetes.runtime import KubernetesRuntime
+    from reconciler.live.kubernetes.session_runtime import KubernetesSessionRuntime
 
     # FlinkSessionClusters: session apps' jobs on shared clusters, every other app as before
     kw: dict[str, Any] = {"clock": clock, "namespaces": settings.namespaces, "rest_via": settings.rest_via}
@@ -59,7 +59,7 @@ def make_runtime(settings: Settings, clock: Clock) -> Runtime | None:
 
 def kubernetes_runtime(runtime: Runtime | None) -> KubernetesRuntime | None:
     """The KubernetesRuntime `runtime` is, or wraps (live/session.py), or None."""
-    k8s = sys.modules.get("reconciler.live.k8s_runtime")  # imported only when a KubernetesRuntime exists
+    k8s = sys.modules.get("reconciler.live.kubernetes.runtime")  # imported only when a KubernetesRuntime exists
     if k8s is None:
         return None
     inner = getattr(runtime, "host", runtime)
@@ -104,7 +104,7 @@ def _leader_election(settings: Settings, runtime: Runtime | None, clock: Clock
     Returns (the LeaseElector or None, a function that stops it)."""
     if not settings.leader_election:
         return None, None
-    from reconciler.live.k8s_lease import LeaseElector
+    from reconciler.live.kubernetes.lease import LeaseElector
 
     k8s_runtime = kubernetes_runtime(runtime)
     if k8s_runtime is None:
@@ -142,7 +142,7 @@ def make_record_store(settings: Settings, runtime: Runtime | None,
     # for importing the kubernetes client (a fifth of its start-up imports) just to ask.
     k8s_runtime = kubernetes_runtime(runtime)
     if k8s_runtime is not None:
-        from reconciler.live.k8s_records import ConfigMapRecordStore, lease_fence
+        from reconciler.live.kubernetes.records import ConfigMapRecordStore, lease_fence
 
         return ConfigMapRecordStore(k8s_runtime.kube, k8s_runtime.namespaces,
                                     fence=lease_fence(elector) if elector is not None else None)

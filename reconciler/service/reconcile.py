@@ -390,8 +390,8 @@ class Reconciler:
         jar in the repository) is refused by the plan instead of failing at its first step. Cached per spec."""
         if self.runtime_name != "kubernetes":
             return ()
-        from reconciler.live.k8s_render import kubernetes_problems
-        from reconciler.live.k8s_storage import runs_on_kubernetes
+        from reconciler.live.kubernetes.render import kubernetes_problems
+        from reconciler.live.kubernetes.storage import runs_on_kubernetes
 
         out: list[SpecError] = []
         cache: dict[tuple[str, str], tuple[SpecError, ...]] = {}

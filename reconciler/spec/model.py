@@ -492,7 +492,7 @@ class AppSpec(SpecModel):
         return self
 
 
-GENERATION_SUFFIX_RE = re.compile(r"-g[0-9a-f]{8}$")  # <app>-g<gen>-*: a standby's objects (k8s_render)
+GENERATION_SUFFIX_RE = re.compile(r"-g[0-9a-f]{8}$")  # <app>-g<gen>-*: a standby's objects (kubernetes.render)
 
 
 class Metadata(SpecModel):

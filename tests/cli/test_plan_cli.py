@@ -162,7 +162,7 @@ def test_spec_reference_in_docs_is_in_sync(capsys: pytest.CaptureFixture[str]) -
 def test_render_prints_manifests_and_names_apps_that_cannot_run_on_kubernetes(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     r = Repo(tmp_path)
-    # stateless: a stateful app would also need durable state storage and HA on Kubernetes (k8s_storage)
+    # stateless: a stateful app would also need durable state storage and HA on Kubernetes (kubernetes.storage)
     r.write("apps/ok.yaml", spec("ok", mode="stateless").replace("jarURI: jobs/counter.jar",
                                                                  "jarURI: local:///opt/flink/usrlib/x.jar"))
     r.write("apps/repo-jar.yaml", spec("repo-jar", mode="stateless"))

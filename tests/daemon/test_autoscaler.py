@@ -28,7 +28,7 @@ from reconciler.clock import FakeClock
 from reconciler.core.autoscale import SAVE_EVERY, Verdict
 from reconciler.daemon.metrics import Metrics
 from reconciler.live.flink import FlinkRestClient
-from reconciler.live.local import LocalRuntime
+from reconciler.live.local.runtime import LocalRuntime
 from reconciler.live.records import FileRecordStore
 from reconciler.service.autoscale import Autoscaler
 from reconciler.service.reconcile import Reconciler

@@ -1,6 +1,6 @@
 """A local or dry-run reconciler never imports the kubernetes client: it is a fifth of the start-up imports.
 
-`make_record_store` asks whether a runtime is a KubernetesRuntime only once `reconciler.live.k8s_runtime` is
+`make_record_store` asks whether a runtime is a KubernetesRuntime only once `reconciler.live.kubernetes.runtime` is
 loaded (by `make_runtime` for `runtime: kubernetes`). A fresh interpreter shows what one command loads.
 """
 

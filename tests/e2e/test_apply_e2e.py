@@ -35,7 +35,7 @@ import pytest
 from reconciler.cli import main
 from reconciler.clock import SystemClock
 from reconciler.core.plan import deterministic_job_id
-from reconciler.live.local import LocalRuntime
+from reconciler.live.local.runtime import LocalRuntime
 from reconciler.live.ports import JobSummary
 from tests.fixtures.flink import COUNTER_MAIN, REPO_ROOT, read_counts, teardown_runtime, wait_until
 from tests.gitutil import Repo

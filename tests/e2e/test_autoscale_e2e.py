@@ -34,7 +34,7 @@ import pytest
 
 from reconciler.cli import main
 from reconciler.clock import SystemClock
-from reconciler.live.local import LocalRuntime
+from reconciler.live.local.runtime import LocalRuntime
 from tests.e2e.test_daemon_e2e import DaemonProc, metric, poll
 from tests.fixtures.flink import COUNTER_MAIN, read_counts, teardown_runtime
 from tests.gitutil import Repo, git

@@ -34,7 +34,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler.clock import SystemClock
-from reconciler.live.local import LocalRuntime
+from reconciler.live.local.runtime import LocalRuntime
 from tests.fixtures.flink import COUNTER_MAIN, read_counts, teardown_runtime
 from tests.gitutil import Repo, git
 

@@ -28,7 +28,7 @@ import pytest
 
 from reconciler.cli import main
 from reconciler.clock import SystemClock
-from reconciler.live.local import LocalRuntime
+from reconciler.live.local.runtime import LocalRuntime
 from tests.fixtures.flink import COUNTER_MAIN, read_counts, teardown_runtime, wait_until
 from tests.gitutil import Repo
 

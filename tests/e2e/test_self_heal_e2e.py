@@ -24,7 +24,7 @@ import pytest
 from reconciler.apply.journal import Journal
 from reconciler.clock import SystemClock
 from reconciler.core.plan import StopWithSavepoint
-from reconciler.live.local import LocalRuntime
+from reconciler.live.local.runtime import LocalRuntime
 from tests.e2e.test_daemon_e2e import HTTP, DaemonProc, Job, poll, running_job
 from tests.fixtures.flink import COUNTER_MAIN, read_counts, teardown_runtime
 from tests.gitutil import Repo

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from reconciler.live.flink import FlinkRestClient
-from reconciler.live.local_config import ClusterRecord
+from reconciler.live.local.config import ClusterRecord
 from tests.e2e.test_apply_e2e import APP, E2E, SPEC_FILE, app_yaml, kill_apply_when, running_counter, start_step
 from tests.gitutil import Repo
 

@@ -32,7 +32,7 @@ from reconciler.clock import SystemClock
 from reconciler.core.observed import Outcome
 from reconciler.core.plan import StartJob, StopWithSavepoint
 from reconciler.live.flink import FlinkRestClient
-from reconciler.live.local import LocalRuntime
+from reconciler.live.local.runtime import LocalRuntime
 from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource
 from tests.faults.proxy import FaultProxy, Rule

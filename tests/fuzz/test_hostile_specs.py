@@ -26,8 +26,8 @@ from reconciler.core import render
 from reconciler.core.plan import Action, Plan, RestoreKind, StartJob, deterministic_job_id
 from reconciler.core.planner import Policy, offline_input, plan
 from reconciler.errors import ReconcilerError
-from reconciler.live.k8s_render import render_app, to_yaml
-from reconciler.live.local_config import ClusterPaths, cluster_config_hash, render_config, render_yaml
+from reconciler.live.kubernetes.render import render_app, to_yaml
+from reconciler.live.local.config import ClusterPaths, cluster_config_hash, render_config, render_yaml
 from reconciler.service.sharding import Shard
 from reconciler.spec.load import LoadResult, Unreadable, file_key, load_files
 from reconciler.spec.model import FlinkApp, valid_name

@@ -18,7 +18,7 @@ def app(name: str = "counter", namespace: str = "flink", **spec: Any) -> FlinkAp
             "execution.checkpointing.savepoint-dir": "s3://bucket/savepoints/" + name,
             "execution.checkpointing.interval": "10s",
         },
-        # Stateful (the default upgradeMode savepoint) on Kubernetes needs HA: see k8s_storage.
+        # Stateful (the default upgradeMode savepoint) on Kubernetes needs HA: see kubernetes.storage.
         "highAvailability": {"enabled": True, "storageDir": "s3://bucket/ha/" + name},
     }
     for k, v in spec.items():

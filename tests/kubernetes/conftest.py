@@ -14,7 +14,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from reconciler.clock import Clock, FakeClock, SystemClock
-from reconciler.live.k8s_api import Kube
+from reconciler.live.kubernetes.api import Kube
 from tests.kubernetes.standin import Standin
 
 KUBECONFIG = os.environ.get("FLINK_RECONCILER_TEST_KUBECONFIG")

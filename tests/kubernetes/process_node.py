@@ -70,8 +70,8 @@ from typing import Any
 import httpx
 from kubernetes import client as k8s_client
 
-from reconciler.live.k8s_api import Kube, KubernetesApiError, KubernetesUnavailableError
-from reconciler.live.local_config import FAST_START_FLAGS, FlinkDist
+from reconciler.live.kubernetes.api import Kube, KubernetesApiError, KubernetesUnavailableError
+from reconciler.live.local.config import FAST_START_FLAGS, FlinkDist
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

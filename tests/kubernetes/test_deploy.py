@@ -13,10 +13,10 @@ import kubernetes_validate
 import pytest
 from ruamel.yaml import YAML
 
-from reconciler.live.k8s_generations import Pointers
-from reconciler.live.k8s_lease import LeaseElector
-from reconciler.live.k8s_records import ConfigMapRecordStore
-from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.live.kubernetes.generations import Pointers
+from reconciler.live.kubernetes.lease import LeaseElector
+from reconciler.live.kubernetes.records import ConfigMapRecordStore
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
 from reconciler.settings import load_settings
 from tests.kubernetes.apps import app
 from tests.kubernetes.conftest import Cluster

@@ -35,9 +35,9 @@ from reconciler.clock import Clock, FakeClock
 from reconciler.core.observed import ClusterPhase, Outcome
 from reconciler.core.plan import Action, AppPlan, EnsureCluster, StartJob, describe_step
 from reconciler.core.planner import Desired, PlanInput, Policy, plan
-from reconciler.live import k8s_render as r
-from reconciler.live.k8s_runtime import KubernetesRuntime
-from reconciler.live.k8s_status import workload_ready
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
+from reconciler.live.kubernetes.status import workload_ready
 from reconciler.live.observe import observe
 from reconciler.spec.model import FlinkApp
 from tests.kubernetes.apps import app

@@ -60,10 +60,10 @@ from reconciler.core.observed import ClusterPhase, Outcome
 from reconciler.core.plan import Action, AppPlan, StartJob
 from reconciler.core.planner import Desired, PlanInput, Policy, plan
 from reconciler.errors import RenderError
-from reconciler.live import k8s_render as r
-from reconciler.live.k8s_runtime import KubernetesRuntime
-from reconciler.live.k8s_status import HA_CONFIGMAP_SELECTOR, ha_configmap_cluster_id
-from reconciler.live.k8s_storage import kubernetes_spec_problems
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
+from reconciler.live.kubernetes.status import HA_CONFIGMAP_SELECTOR, ha_configmap_cluster_id
+from reconciler.live.kubernetes.storage import kubernetes_spec_problems
 from reconciler.live.observe import observe
 from reconciler.live.ports import ClusterInfo
 from reconciler.spec.model import FlinkApp

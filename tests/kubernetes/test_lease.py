@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from reconciler.clock import FakeClock
-from reconciler.live.k8s_api import KubernetesApiError
-from reconciler.live.k8s_lease import LeaseElector
+from reconciler.live.kubernetes.api import KubernetesApiError
+from reconciler.live.kubernetes.lease import LeaseElector
 from tests.kubernetes.conftest import Cluster
 
 pytestmark = pytest.mark.kubernetes

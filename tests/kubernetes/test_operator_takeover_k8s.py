@@ -28,8 +28,8 @@ import pytest
 from reconciler.apply.journal import Journal
 from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action
-from reconciler.live.k8s_records import ConfigMapRecordStore
-from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.live.kubernetes.records import ConfigMapRecordStore
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
 from reconciler.live.records import Doc, Read
 from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource

@@ -52,11 +52,11 @@ from reconciler.cli import Progress
 from reconciler.clock import SystemClock
 from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action
-from reconciler.live import k8s_render as r
-from reconciler.live.k8s_api import Kube
-from reconciler.live.k8s_operator import NATIVE_TYPE
-from reconciler.live.k8s_records import ConfigMapRecordStore
-from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.api import Kube
+from reconciler.live.kubernetes.operator import NATIVE_TYPE
+from reconciler.live.kubernetes.records import ConfigMapRecordStore
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
 from reconciler.live.records import Doc, Read
 from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource

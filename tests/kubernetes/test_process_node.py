@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from reconciler.live.k8s_api import Kube
+from reconciler.live.kubernetes.api import Kube
 from tests.kubernetes.conftest import Cluster
 from tests.kubernetes.process_node import Image, ProcessNode, expand, needs_root_reason
 

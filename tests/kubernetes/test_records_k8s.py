@@ -20,16 +20,16 @@ from reconciler.clock import FakeClock
 from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action
 from reconciler.errors import FencedError, JournalError, RecordConflictError
-from reconciler.live import k8s_render as r
-from reconciler.live.k8s_lease import LeaseElector
-from reconciler.live.k8s_records import (
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.lease import LeaseElector
+from reconciler.live.kubernetes.records import (
     ANNOTATION_FENCE,
     ConfigMapRecordStore,
     FenceToken,
     lease_fence,
     record_name,
 )
-from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
 from reconciler.live.records import Doc, Read, StoredRecord
 from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource

@@ -16,10 +16,10 @@ from reconciler.clock import SystemClock
 from reconciler.core.observed import ClusterPhase, Outcome
 from reconciler.core.plan import Action
 from reconciler.errors import JournalError
-from reconciler.live import k8s_render as r
-from reconciler.live.k8s_api import Kube
-from reconciler.live.k8s_records import ConfigMapRecordStore, record_name
-from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.api import Kube
+from reconciler.live.kubernetes.records import ConfigMapRecordStore, record_name
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
 from reconciler.live.records import BrokenRecord, StoredRecord
 from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource

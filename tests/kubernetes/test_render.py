@@ -16,7 +16,7 @@ from ruamel.yaml import YAML
 
 from reconciler.core.plan import deterministic_job_id
 from reconciler.errors import RenderError, SpecError
-from reconciler.live import k8s_render as r
+from reconciler.live.kubernetes import render as r
 from tests.kubernetes.apps import EXAMPLES, app
 
 GOLDEN = Path(__file__).parent / "golden"

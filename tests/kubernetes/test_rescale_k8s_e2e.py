@@ -29,7 +29,7 @@ import pytest
 
 from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action, RescaleInPlace
-from reconciler.live import k8s_render as r
+from reconciler.live.kubernetes import render as r
 from reconciler.spec.model import FlinkApp
 from tests.fixtures.flink import wait_until
 from tests.kubernetes.test_flink_on_k8s_e2e import APP, CLAIM, KEYS, K8sWorld, app_spec, module_world

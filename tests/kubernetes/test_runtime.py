@@ -17,10 +17,10 @@ import pytest
 
 from reconciler.core.observed import ClusterPhase
 from reconciler.errors import DeadlineExceededError, PermanentStepError
-from reconciler.live import k8s_render as r
-from reconciler.live.k8s_api import ApplyConflictError
-from reconciler.live.k8s_runtime import KubernetesRuntime
-from reconciler.live.k8s_status import generation_failure, pod_problem, rewind_warning, workload_ready
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.api import ApplyConflictError
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
+from reconciler.live.kubernetes.status import generation_failure, pod_problem, rewind_warning, workload_ready
 from reconciler.spec.model import FlinkApp
 from tests.kubernetes.apps import app
 from tests.kubernetes.conftest import Cluster
@@ -474,7 +474,7 @@ def test_start_job_with_ha_removes_the_old_jobmanager_then_flinks_ha_data_of_ano
 
 def test_start_job_with_ha_removes_the_ha_data_of_older_generations_and_never_another_apps(
         cluster: Cluster, standin_only: Any, flink_backend: tuple[str, type[_FakeFlinkRest]]) -> None:
-    """Each job generation has its own HA identity `<app>.<12 hex>` (k8s_render.ha_cluster_id). Between two
+    """Each job generation has its own HA identity `<app>.<12 hex>` (kubernetes.render.ha_cluster_id). Between two
     jobs the older generations' ConfigMaps go (housekeeping); an app whose name looks like a generation of
     this one (`counter-aaaaaaaaaaaa`) is another app, and the new generation's data stays."""
     url, handler = flink_backend

@@ -42,8 +42,8 @@ from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action
 from reconciler.core.planner import Policy
 from reconciler.daemon.metrics import Metrics
-from reconciler.live import k8s_render as r
-from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
 from reconciler.service.reconcile import PassResult, Reconciler
 from reconciler.source.git import GitSource
 from reconciler.spec.model import FlinkApp

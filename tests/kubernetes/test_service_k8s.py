@@ -13,8 +13,8 @@ import pytest
 
 from reconciler.clock import SystemClock
 from reconciler.core.plan import Action
-from reconciler.live.k8s_records import ConfigMapRecordStore
-from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.live.kubernetes.records import ConfigMapRecordStore
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
 from reconciler.live.ports import OperatorTakeover, StandbyCapacity, StandbyRuntime
 from reconciler.live.session import SessionRuntime
 from reconciler.service.factories import make_reconciler, make_record_store, make_runtime

@@ -21,9 +21,9 @@ from reconciler.core.observed import ClusterPhase, Records
 from reconciler.core.plan import Action, deterministic_job_id
 from reconciler.core.planner import Desired, PlanInput, Policy
 from reconciler.core.session_planner import plan_with_sessions
-from reconciler.live import k8s_render as r
-from reconciler.live.k8s_generations import Pointers
-from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.generations import Pointers
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
 from reconciler.live.observe import observe
 from reconciler.live.session import SessionRuntime
 from reconciler.service import sessions

@@ -28,7 +28,7 @@ from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action, ClusterStrategy, Plan, is_job_of
 from reconciler.core.planner import Desired, PlanInput, Policy
 from reconciler.core.session_planner import plan_with_sessions
-from reconciler.live import k8s_render as r
+from reconciler.live.kubernetes import render as r
 from reconciler.live.observe import observe
 from reconciler.live.session import SessionRuntime
 from reconciler.service import sessions

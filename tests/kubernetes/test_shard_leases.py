@@ -22,7 +22,7 @@ from reconciler.daemon.dashboard import dashboard_for
 from reconciler.daemon.ports import AsksForPasses
 from reconciler.daemon.shards import ShardedService, ShardLeases, member_lease_name, quota
 from reconciler.errors import ConfigError, FencedError
-from reconciler.live.k8s_records import ConfigMapRecordStore, lease_fence
+from reconciler.live.kubernetes.records import ConfigMapRecordStore, lease_fence
 from reconciler.live.records import FileRecordStore
 from reconciler.report.reporter import Reporter
 from reconciler.report.status import CommitStatus

@@ -15,11 +15,11 @@ from reconciler.clock import FakeClock
 from reconciler.core.observed import ClusterPhase
 from reconciler.core.plan import ClusterStrategy
 from reconciler.errors import PermanentStepError
-from reconciler.live import k8s_render as r
-from reconciler.live.k8s_generations import Pointers
-from reconciler.live.k8s_quota import quantity
-from reconciler.live.k8s_runtime import KubernetesRuntime
-from reconciler.live.k8s_status import HA_CONFIGMAP_SELECTOR, ha_configmap_cluster_id
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.generations import Pointers
+from reconciler.live.kubernetes.quota import quantity
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
+from reconciler.live.kubernetes.status import HA_CONFIGMAP_SELECTOR, ha_configmap_cluster_id
 from reconciler.live.ports import StandbyRuntime
 from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource
@@ -234,7 +234,7 @@ def test_a_standby_that_would_not_fit_the_namespace_quota_fails_before_anything_
 
 
 def kubernetes_requests(rt: KubernetesRuntime, a: Any) -> dict[str, float]:
-    from reconciler.live.k8s_quota import quota_need
+    from reconciler.live.kubernetes.quota import quota_need
     need = quota_need(rt.render(a, generation=GEN))
     return {k: round(need[k], 3) for k in ("pods", "requests.cpu")}
 
@@ -294,8 +294,8 @@ def test_a_standby_is_checked_against_claim_storage_and_object_count_quotas_too(
     assert "persistentvolumeclaims used 9 of 10, a second cluster needs 2 more" in refused["stateful"]
     assert "fast.storageclass.storage.k8s.io/requests.storage used 70Gi of 100Gi, a second cluster needs " \
            "40Gi more" in refused["stateful"]
-    from reconciler.live.k8s_generations import of_generation
-    from reconciler.live.k8s_quota import quota_need
+    from reconciler.live.kubernetes.generations import of_generation
+    from reconciler.live.kubernetes.quota import quota_need
     need = quota_need(of_generation(rt.render(plain, generation=GEN), GEN))
     assert need["count/configmaps"] == 1 and "persistentvolumeclaims" not in need
 

@@ -30,11 +30,11 @@ import pytest
 from reconciler.apply.journal import Journal
 from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action
-from reconciler.live import k8s_render as r
-from reconciler.live.k8s_generations import Pointers
-from reconciler.live.k8s_lease import LeaseElector
-from reconciler.live.k8s_records import ConfigMapRecordStore, lease_fence
-from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.generations import Pointers
+from reconciler.live.kubernetes.lease import LeaseElector
+from reconciler.live.kubernetes.records import ConfigMapRecordStore, lease_fence
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
 from reconciler.service.reconcile import PassResult, Reconciler
 from reconciler.source.git import GitSource
 from tests.gitutil import Repo

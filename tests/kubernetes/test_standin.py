@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.live.k8s_api import ApplyConflictError, Kube, KubernetesApiError
+from reconciler.live.kubernetes.api import ApplyConflictError, Kube, KubernetesApiError
 from tests.kubernetes.conftest import Cluster
 from tests.kubernetes.standin import parse_selector, selector_matches
 

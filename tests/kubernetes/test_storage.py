@@ -1,4 +1,4 @@
-"""Durable state on Kubernetes: stateful apps need durable savepoint/checkpoint dirs and HA (k8s_storage),
+"""Durable state on Kubernetes: stateful apps need durable savepoint/checkpoint dirs and HA (kubernetes.storage),
 the renderer refuses them otherwise, and `validate --runtime kubernetes` lists every problem."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 from reconciler.cli import main
 from reconciler.errors import RenderError
-from reconciler.live import k8s_render as r
-from reconciler.live.k8s_storage import (
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.storage import (
     CHECKPOINT_DIR,
     MAIN_CONTAINER,
     SAVEPOINT_DIR,

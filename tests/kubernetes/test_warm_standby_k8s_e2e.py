@@ -31,11 +31,11 @@ from reconciler.clock import SystemClock
 from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action, AppPlan, ClusterStrategy, StartJob
 from reconciler.core.planner import Policy
-from reconciler.live import k8s_render as r
 from reconciler.live.flink import FlinkRestClient
-from reconciler.live.k8s_generations import Pointers
-from reconciler.live.k8s_runtime import KubernetesRuntime
-from reconciler.live.k8s_status import HA_CONFIGMAP_SELECTOR, ha_configmap_cluster_id
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.generations import Pointers
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
+from reconciler.live.kubernetes.status import HA_CONFIGMAP_SELECTOR, ha_configmap_cluster_id
 from reconciler.spec.model import FlinkApp
 from tests.fixtures.flink import wait_until
 from tests.kubernetes.test_flink_on_k8s_e2e import (

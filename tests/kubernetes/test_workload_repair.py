@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from reconciler.core.observed import ClusterPhase
-from reconciler.live import k8s_render as r
-from reconciler.live.k8s_runtime import KubernetesRuntime
-from reconciler.live.k8s_status import ha_job_of
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
+from reconciler.live.kubernetes.status import ha_job_of
 from tests.kubernetes.conftest import Cluster
 from tests.kubernetes.test_runtime import deadline, mk, runtime
 

@@ -20,7 +20,7 @@ from reconciler.live.flink import (
     FlinkUnsupportedError,
     is_transient_text,
 )
-from reconciler.live.local import LocalRuntime
+from reconciler.live.local.runtime import LocalRuntime
 from reconciler.live.ports import CheckpointStats, SavepointStatus
 from tests.fixtures.flink import counter_app, read_counts, teardown_runtime, wait_until
 

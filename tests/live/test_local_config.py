@@ -9,7 +9,7 @@ from ruamel.yaml import YAML
 
 from reconciler.errors import PermanentStepError
 from reconciler.live.flink import is_transient_text, summarize_errors, summarize_stack
-from reconciler.live.local_config import (
+from reconciler.live.local.config import (
     ClusterPaths,
     cluster_config_hash,
     extract_log_reason,
@@ -105,7 +105,7 @@ def test_transient_text() -> None:
 def test_unreadable_record_is_unknown_not_absent(tmp_path: Path) -> None:
     from reconciler.clock import FakeClock
     from reconciler.core.observed import ClusterPhase
-    from reconciler.live.local import LocalRuntime
+    from reconciler.live.local.runtime import LocalRuntime
 
     rt = LocalRuntime(tmp_path, clock=FakeClock())
     assert rt.observe("a").phase is ClusterPhase.ABSENT

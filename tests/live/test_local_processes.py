@@ -10,8 +10,8 @@ from pathlib import Path
 
 from reconciler.clock import SystemClock
 from reconciler.core.observed import ClusterPhase
-from reconciler.live.local import LocalRuntime
-from reconciler.live.local_config import ClusterRecord, ProcRecord
+from reconciler.live.local.config import ClusterRecord, ProcRecord
+from reconciler.live.local.runtime import LocalRuntime
 
 STUBBORN = (
     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(300)"

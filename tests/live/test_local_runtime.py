@@ -15,8 +15,8 @@ import pytest
 
 from reconciler.core.observed import ClusterPhase, JobPhase, job_phase
 from reconciler.errors import DeadlineExceededError, JobManagerGoneError, PermanentStepError, RuntimeProvisionError
-from reconciler.live.local import LocalRuntime
-from reconciler.live.local_config import ClusterRecord, ProcRecord, cluster_config_hash
+from reconciler.live.local.config import ClusterRecord, ProcRecord, cluster_config_hash
+from reconciler.live.local.runtime import LocalRuntime
 from reconciler.spec.model import FlinkApp
 from tests.fixtures.flink import REPO_ROOT, counter_app, counter_output_dir, read_counts, teardown_runtime, wait_until
 
@@ -83,7 +83,7 @@ def env(
     script = textwrap.dedent(f"""
         from pathlib import Path
         from reconciler.clock import SystemClock
-        from reconciler.live.local import LocalRuntime
+        from reconciler.live.local.runtime import LocalRuntime
         from reconciler.spec.model import FlinkApp
         app = FlinkApp.model_validate_json(Path({str(spec)!r}).read_text())
         rt = LocalRuntime(Path({str(state)!r}), clock=SystemClock())

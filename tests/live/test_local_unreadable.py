@@ -12,8 +12,8 @@ from reconciler.apply.journal import Journal
 from reconciler.clock import SystemClock
 from reconciler.core.observed import ClusterPhase
 from reconciler.core.plan import Action
-from reconciler.live.local import LocalRuntime
-from reconciler.live.local_config import ClusterRecord, ProcRecord
+from reconciler.live.local.config import ClusterRecord, ProcRecord
+from reconciler.live.local.runtime import LocalRuntime
 from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource
 from reconciler.spec.load import load_files

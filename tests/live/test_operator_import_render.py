@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconciler.core.operator_documents import import_document
-from reconciler.live.k8s_render import render_app
+from reconciler.live.kubernetes.render import render_app
 from reconciler.spec.model import FlinkApp
 
 MIB = 1 << 20

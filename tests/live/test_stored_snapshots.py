@@ -10,7 +10,7 @@ import pytest
 
 from reconciler.clock import SystemClock
 from reconciler.errors import ObserveError
-from reconciler.live.local import LocalRuntime
+from reconciler.live.local.runtime import LocalRuntime
 from reconciler.live.observe import observe
 
 

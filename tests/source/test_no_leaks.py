@@ -14,9 +14,9 @@ from ruamel.yaml import YAML
 
 from reconciler.clock import FakeClock
 from reconciler.errors import ReconcilerError
-from reconciler.live.k8s_render import config_yaml
-from reconciler.live.local import LocalRuntime
-from reconciler.live.local_config import flink_environment, render_yaml
+from reconciler.live.kubernetes.render import config_yaml
+from reconciler.live.local.config import flink_environment, render_yaml
+from reconciler.live.local.runtime import LocalRuntime
 from reconciler.service.factories import make_reconciler
 from reconciler.settings import load_settings
 from tests.fixtures.flink import counter_app

@@ -6,7 +6,7 @@ annotations point at the live, standby and retired generations: a promotion or a
 those pointers (server-side apply by a field manager of their own), so a crash leaves either the old or the
 new state, and observe always finds the live cluster.
 
-`WarmStandby` is a mixin of `KubernetesRuntime` (k8s_runtime), the one class it is meant for: together they
+`WarmStandby` is a mixin of `KubernetesRuntime` (runtime), the one class it is meant for: together they
 implement `reconciler.live.ports.StandbyRuntime`. It is its own module because the standby's lifecycle
 (quota check, start, promote, discard, retire, and the promoted session cluster's submit) is a concern of its
 own beside the runtime's application-mode clusters; it uses the runtime's observation and apply helpers,
@@ -31,11 +31,11 @@ from reconciler.errors import (
     RenderError,
     TransientStepError,
 )
-from reconciler.live import k8s_render as r
-from reconciler.live.k8s_api import Kube, KubernetesApiError, KubernetesUnavailableError, Obj
-from reconciler.live.k8s_generations import AppView, ClusterView, Pointers, of_generation
-from reconciler.live.k8s_quota import quota_need, quota_shortfall
-from reconciler.live.k8s_status import (
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.api import Kube, KubernetesApiError, KubernetesUnavailableError, Obj
+from reconciler.live.kubernetes.generations import AppView, ClusterView, Pointers, of_generation
+from reconciler.live.kubernetes.quota import quota_need, quota_shortfall
+from reconciler.live.kubernetes.status import (
     NEVER_HEALS,
     generation_failure,
     is_session_suffix,
@@ -107,7 +107,7 @@ class WarmStandby:
             self.kube.apply(o, force=self.force_conflicts)
         self.prune(app, objs, generation=generation)
         info = self._wait_session(app, generation, deadline=deadline, start=start)
-        if not r.is_session_cluster(app):  # a FlinkSessionCluster's jobs bring their own jars (k8s_sessions)
+        if not r.is_session_cluster(app):  # a FlinkSessionCluster's jobs bring their own jars (sessions)
             self._warm_up(app, generation)
         return info
 

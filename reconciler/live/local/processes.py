@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING
 from reconciler.clock import Clock
 from reconciler.errors import DeadlineExceededError, ObserveError, RuntimeProvisionError
 from reconciler.live.flink import FlinkRestClient, FlinkRestError
-from reconciler.live.local_config import (
+from reconciler.live.local.config import (
     BASH_UTILS,
     FAST_START_FLAGS,
     JM_ENTRY,

@@ -16,8 +16,8 @@ A restarted reconciler finds running clusters through cluster.json (alive PIDs w
 carries this cluster's marker, REST answering) and never starts a second one. Signals only ever go to
 PIDs whose /proc/<pid>/cmdline carries the marker, so a reused PID is never killed.
 
-The JVMs of a cluster (start, scale, stop, why one exited) are `local_processes.py` and the warm standby is
-`local_standby.py`, both mixed into `LocalRuntime` here; the configuration rendering is `local_config.py`.
+The JVMs of a cluster (start, scale, stop, why one exited) are `processes.py` and the warm standby is
+`standby.py`, both mixed into `LocalRuntime` here; the configuration rendering is `config.py`.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from reconciler.errors import (
     TransientStepError,
 )
 from reconciler.live.flink import FlinkRestClient, FlinkRestError
-from reconciler.live.local_config import (
+from reconciler.live.local.config import (
     MARKER_PROPERTY,
     SLOTS,
     ClusterPaths,
@@ -57,8 +57,8 @@ from reconciler.live.local_config import (
     FlinkDist,
     cluster_config_hash,
 )
-from reconciler.live.local_processes import JvmProcesses, cluster_ready, ready_gap
-from reconciler.live.local_standby import LocalStandby
+from reconciler.live.local.processes import JvmProcesses, cluster_ready, ready_gap
+from reconciler.live.local.standby import LocalStandby
 from reconciler.live.ports import ClusterInfo, SessionGeneration
 from reconciler.spec.model import FlinkApp
 

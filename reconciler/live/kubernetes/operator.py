@@ -1,6 +1,6 @@
 """The Apache Flink Kubernetes Operator's FlinkDeployments, for a takeover (`reconciler.live.ports.OperatorTakeover`).
 
-A mixin of `KubernetesRuntime` (k8s_runtime), through the same `Kube` client: list, read, merge-patch and delete
+A mixin of `KubernetesRuntime` (runtime), through the same `Kube` client: list, read, merge-patch and delete
 `flink.apache.org/v1beta1` FlinkDeployments. The operator does everything to its own pods: a merge patch of
 spec.job asks it to stop its job with a savepoint, and deleting the FlinkDeployment lets its finalizer remove the
 rest. We only wait, with a deadline, until nothing of it is left that would clash with our objects (its
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from reconciler.clock import Clock
 from reconciler.errors import DeadlineExceededError, ObserveError, PermanentStepError
-from reconciler.live.k8s_api import Kube, KubernetesApiError, KubernetesUnavailableError, Obj
-from reconciler.live.k8s_storage import storage_problem
+from reconciler.live.kubernetes.api import Kube, KubernetesApiError, KubernetesUnavailableError, Obj
+from reconciler.live.kubernetes.storage import storage_problem
 
 KIND = "FlinkDeployment"
 # Labels Flink's native Kubernetes integration puts on the operator's pods, Services and Deployments.

@@ -1,13 +1,13 @@
 """The runtime `make_runtime` builds for Kubernetes: `SessionRuntime` (live/session.py) over a `KubernetesRuntime`,
-whose FlinkSessionCluster half is live/k8s_sessions.py. Its own module: it needs both, and k8s_runtime imports
-k8s_sessions (no cycle)."""
+whose FlinkSessionCluster half is live/kubernetes/sessions.py. Its own module: it needs both, and runtime imports
+sessions (no cycle)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from reconciler.clock import Clock
-from reconciler.live.k8s_runtime import KubernetesRuntime
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
 from reconciler.live.session import SessionRuntime
 from reconciler.spec.model import FlinkApp
 

@@ -1,13 +1,13 @@
 """The kubernetes runtime: server-side apply of the rendered objects, observe by label, delete by cascade.
 
-It talks to the API server through `k8s_api.Kube` (the only module importing `kubernetes`); the warm standby
-is mixed in from `k8s_standby`; what it reads from objects' status is in `k8s_status` and `k8s_generations`.
+It talks to the API server through `api.Kube` (the only module importing `kubernetes`); the warm standby
+is mixed in from `standby`; what it reads from objects' status is in `status` and `generations`.
 
 Costs per reconcile cycle (`list_clusters`): one list per kind (ConfigMap roots, Deployment,
 StatefulSet, Pod, Flink's HA ConfigMaps) per watched namespace, whatever the number of apps, plus one Event list
 per namespace only when some app is not ready (to explain why). Never one GET per object per app.
 
-What the runtime owns of an app (see `k8s_render` for the objects):
+What the runtime owns of an app (see `render` for the objects):
 - `ensure_cluster` applies everything but the JobManager Deployment (which carries the job: its args
   name the job id and the savepoint) and waits for the TaskManagers;
 - `start_job` applies the JobManager with the job and waits until the JobManager is available and its
@@ -35,8 +35,8 @@ from reconciler.errors import (
     RenderError,
     TransientStepError,
 )
-from reconciler.live import k8s_render as r
-from reconciler.live.k8s_api import (
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.api import (
     ApiClient,
     ApplyConflictError,
     Kube,
@@ -46,11 +46,11 @@ from reconciler.live.k8s_api import (
     client_from_kubeconfig,
     in_cluster_client,
 )
-from reconciler.live.k8s_generations import AppView, ClusterView, Pointers, pointer_problem, view_info
-from reconciler.live.k8s_operator import OperatorDeployments
-from reconciler.live.k8s_sessions import SessionClusters, session_info
-from reconciler.live.k8s_standby import WarmStandby
-from reconciler.live.k8s_status import (
+from reconciler.live.kubernetes.generations import AppView, ClusterView, Pointers, pointer_problem, view_info
+from reconciler.live.kubernetes.operator import OperatorDeployments
+from reconciler.live.kubernetes.sessions import SessionClusters, session_info
+from reconciler.live.kubernetes.standby import WarmStandby
+from reconciler.live.kubernetes.status import (
     HA_CONFIGMAP_SELECTOR,
     generation_failure,
     ha_configmap_cluster_id,
@@ -77,9 +77,9 @@ OWNED_KINDS = ("Deployment", "StatefulSet", "Service", "ConfigMap", "RoleBinding
 
 class KubernetesRuntime(SessionClusters, WarmStandby, OperatorDeployments):
     """`reconciler.live.ports.StandbyRuntime` on Kubernetes: one cluster per app, in application mode, and a warm
-    standby beside it as a session cluster of its own generation (`k8s_standby.WarmStandby`). It hosts
-    FlinkSessionClusters (`k8s_sessions.SessionClusters`: `ports.SessionHost`, wrapped by live/session.py) and takes
-    over apps from the Flink Kubernetes Operator (`k8s_operator.OperatorDeployments`: `ports.OperatorTakeover`)."""
+    standby beside it as a session cluster of its own generation (`standby.WarmStandby`). It hosts
+    FlinkSessionClusters (`sessions.SessionClusters`: `ports.SessionHost`, wrapped by live/session.py) and takes
+    over apps from the Flink Kubernetes Operator (`operator.OperatorDeployments`: `ports.OperatorTakeover`)."""
 
     name = "kubernetes"
     restarts_processes = True
@@ -289,7 +289,7 @@ class KubernetesRuntime(SessionClusters, WarmStandby, OperatorDeployments):
     # ---- Runtime protocol ----
     def ensure_cluster(self, app: FlinkApp, *, deadline: float) -> ClusterInfo:
         """Everything but the workloads that carry a job generation: the JobManager is start_job's, and so
-        are the TaskManagers of a cluster that has none yet (they are started for the job, see k8s_render).
+        are the TaskManagers of a cluster that has none yet (they are started for the job, see render).
         Live TaskManagers are kept in step (scale, config) within their own generation."""
         if r.is_session_cluster(app):
             return self._ensure_session_cluster(app, deadline=deadline)
@@ -441,7 +441,7 @@ class KubernetesRuntime(SessionClusters, WarmStandby, OperatorDeployments):
         """Flink's Kubernetes HA ConfigMaps of every HA identity of `app` but `keep`: leader, job graphs,
         checkpoint pointers. Flink labels them itself (KubernetesUtils.getConfigMapLabels); they are not owned
         by our root. Each generation has its own identity, so this is housekeeping, not what keeps a new job
-        from recovering an old one's data (see k8s_render)."""
+        from recovering an old one's data (see render)."""
         deleted = []
         for cm in self.kube.list("ConfigMap", ns, HA_CONFIGMAP_SELECTOR):
             cid = ha_configmap_cluster_id(app, cm)

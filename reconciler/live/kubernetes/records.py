@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from reconciler.errors import FencedError, JournalError, RecordConflictError
-from reconciler.live.k8s_api import Kube, KubernetesApiError, KubernetesUnavailableError
-from reconciler.live.k8s_lease import LeaseElector
+from reconciler.live.kubernetes.api import Kube, KubernetesApiError, KubernetesUnavailableError
+from reconciler.live.kubernetes.lease import LeaseElector
 from reconciler.live.records import BrokenRecord, Doc, Read, StoredRecord, decode, encode, safe_name
 
 DATA_KEY = "record.json"

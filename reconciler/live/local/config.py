@@ -1,5 +1,5 @@
 """The local runtime's pure half: the Flink distribution on disk, the generated configuration, the
-record of a running cluster. No processes are started here; `reconciler.live.local_processes` does that."""
+record of a running cluster. No processes are started here; `reconciler.live.local.processes` does that."""
 
 from __future__ import annotations
 

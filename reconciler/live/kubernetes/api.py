@@ -20,7 +20,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from reconciler.errors import PermanentStepError, TransientStepError
-from reconciler.live import k8s_render as r
+from reconciler.live.kubernetes import render as r
 
 Obj = dict[str, Any]
 

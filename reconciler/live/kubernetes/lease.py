@@ -1,7 +1,7 @@
 """Leader election on a Kubernetes Lease: which replica of the reconciler may act on the apps.
 
 Its own module, not part of the runtime: the daemon's election, the shard leases (daemon/shards.py) and
-the fencing of record writes (k8s_records) use it, and none of them runs an app's cluster.
+the fencing of record writes (records) use it, and none of them runs an app's cluster.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from reconciler.clock import Clock
-from reconciler.live.k8s_api import ApiClient, Kube, KubernetesApiError, KubernetesUnavailableError, Obj
+from reconciler.live.kubernetes.api import ApiClient, Kube, KubernetesApiError, KubernetesUnavailableError, Obj
 
 log = logging.getLogger(__name__)
 

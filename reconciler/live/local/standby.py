@@ -3,7 +3,7 @@
 A standby is a cluster of its own generation (generation-suffixed directories, its own ports) recorded in
 the app's `standby` slot beside the live `cluster` one; a promotion or a discard is two atomic renames of
 those records, and `_tidy` settles a crash between them. Before the old job stops, the standby runs a
-warm-up job (WARMUP_JAVA in local_config.py), so the submit after the stop meets JVMs that have run one.
+warm-up job (WARMUP_JAVA in config.py), so the submit after the stop meets JVMs that have run one.
 
 `LocalStandby` is a mixin of `LocalRuntime` (local.py), the one class it is meant for: together they
 implement `reconciler.live.ports.StandbyRuntime`; it uses the runtime's records, lock and JVMs, declared
@@ -28,7 +28,7 @@ from reconciler.core.observed import ClusterPhase
 from reconciler.core.plan import spec_hash
 from reconciler.errors import JobNotFoundError, ObserveError, PermanentStepError, ReconcilerError
 from reconciler.live.flink import FlinkRestClient, FlinkRestError
-from reconciler.live.local_config import (
+from reconciler.live.local.config import (
     WARMUP_JAVA,
     WARMUP_MAIN,
     ClusterPaths,

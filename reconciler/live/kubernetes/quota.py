@@ -7,7 +7,7 @@ the plan fall back to a cold upgrade and say why. Pure: the quotas come from one
 
 from __future__ import annotations
 
-from reconciler.live.k8s_render import Obj
+from reconciler.live.kubernetes.render import Obj
 
 _QUANTITY_SUFFIX = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
                     "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}

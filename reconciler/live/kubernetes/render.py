@@ -55,7 +55,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
 from reconciler.errors import RenderError
-from reconciler.live.k8s_storage import SpecProblem, kubernetes_spec_problems
+from reconciler.live.kubernetes.storage import SpecProblem, kubernetes_spec_problems
 from reconciler.spec.model import AppSpec, FlinkApp, JobSpec, JobState, UpgradeMode
 from reconciler.spec.session import (
     CLUSTER_FIELDS,
@@ -578,7 +578,7 @@ def render_app(
     generation: str = "",
 ) -> list[Obj]:
     """Every object of `app`, root first. Raises RenderError for input Kubernetes cannot run, including
-    state that would not be durable there (see k8s_storage: the first problem is raised).
+    state that would not be durable there (see storage: the first problem is raised).
 
     `taskmanagers_for` is the job id whose generation the TaskManagers belong to (None: the TaskManagers of a
     cluster rendered before generations, or not started for any job yet); by default the JobManager's job.

@@ -41,7 +41,7 @@ DURABLE_SCHEMES = frozenset({
 })
 # Pod volume sources that outlive the pod and can be mounted by every Flink pod at once.
 SHARED_VOLUME_SOURCES = frozenset({"persistentVolumeClaim", "nfs", "cephfs", "azureFile", "glusterfs"})
-MAIN_CONTAINER = "flink-main-container"  # k8s_render.MAIN_CONTAINER (a test keeps them equal)
+MAIN_CONTAINER = "flink-main-container"  # render.MAIN_CONTAINER (a test keeps them equal)
 
 
 @dataclass(frozen=True)

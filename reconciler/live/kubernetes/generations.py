@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass, field
 
 from reconciler.core.observed import ClusterPhase
-from reconciler.live import k8s_render as r
-from reconciler.live.k8s_render import Obj
-from reconciler.live.k8s_status import label, pod_problem, rewind_warning, taskmanager_generation, workload_ready
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.render import Obj
+from reconciler.live.kubernetes.status import label, pod_problem, rewind_warning, taskmanager_generation, workload_ready
 from reconciler.live.ports import ClusterInfo
 
 

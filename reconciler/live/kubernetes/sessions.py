@@ -3,11 +3,11 @@ apps' jobs on them; docs/session-clusters.md).
 
 A FlinkSessionCluster is provisioned as a FlinkApp of its own name (`spec.session.cluster_app`, labelled
 `flink-reconciler.io/session-cluster: "true"`) whose clusters are all session clusters of a generation, the ones a
-warm standby renders (k8s_render `session_shape`: from the cluster's fields alone, so every app on it renders the
+warm standby renders (render `session_shape`: from the cluster's fields alone, so every app on it renders the
 same objects): `<cluster>-root` with the generation pointers, and per generation `<cluster>-g<generation>-config`,
 `-jm`, `-rest`, `-tm`. Its first generation is the one its spec gives (`session_generation`), the generation every
 app's move names when the cluster's spec changes; the move itself is the warm standby's start, promote, discard
-and retire (k8s_standby), addressed to the cluster's name.
+and retire (standby), addressed to the cluster's name.
 
 Jobs go over the JobManager's REST API: a jar the reconciler can read is uploaded once per content per cluster,
 under the name `<sha256>.jar` (so Flink's own jar list is the record: a restarted reconciler finds it), and a
@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING
 
 from reconciler.clock import Clock
 from reconciler.errors import PermanentStepError
-from reconciler.live import k8s_render as r
-from reconciler.live.k8s_api import Kube, Obj
-from reconciler.live.k8s_generations import AppView, ClusterView, Pointers
-from reconciler.live.k8s_status import workload_ready
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.api import Kube, Obj
+from reconciler.live.kubernetes.generations import AppView, ClusterView, Pointers
+from reconciler.live.kubernetes.status import workload_ready
 from reconciler.live.ports import ClusterInfo, SessionGeneration
 from reconciler.spec.model import FlinkApp
 from reconciler.spec.session import SESSION_LABEL, session_generation
@@ -105,7 +105,7 @@ class SessionClusters:
         return sorted(out, key=lambda g: SLOTS.index(g.slot))
 
     def config_key(self, app: FlinkApp) -> str:
-        """The pods a FlinkSessionCluster's cluster runs with (k8s_render `session_key`), as its JobManager says."""
+        """The pods a FlinkSessionCluster's cluster runs with (render `session_key`), as its JobManager says."""
         return r.session_key(app)
 
     def jar_id(self, cluster: str, slot: str, jar: Path, *, deadline: float, again: bool = False,

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from reconciler.live import k8s_render as r
-from reconciler.live.k8s_render import Obj
+from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.render import Obj
 
 # Flink's own labels on its Kubernetes HA ConfigMaps: `app=<kubernetes.cluster-id>` and this type. Flink 2.3
 # sets only these two (no `configmap-type`: seen on real Flink with the test process node), so the names
 # are checked too: `<cluster-id>-cluster-config-map` and `<cluster-id>-<job id>-config-map`. The cluster-id
-# is the HA identity of one job generation, `<app>.<12 hex>` (k8s_render.ha_cluster_id), or the app name
+# is the HA identity of one job generation, `<app>.<12 hex>` (render.ha_cluster_id), or the app name
 # for clusters rendered before generations.
 HA_CONFIGMAP_SELECTOR = "type=flink-native-kubernetes"
 
@@ -55,7 +55,7 @@ def ha_configmap_cluster_id(app: str, cm: Obj) -> str | None:
 
 def ha_job_of(cm: Obj) -> tuple[str, str] | None:
     """(app, job id) of Flink's HA ConfigMap of one job kept under the HA identity of that job's own generation
-    (`<app>.<first digits of the job id>`, k8s_render.ha_cluster_id); None for anything else: the cluster's own HA
+    (`<app>.<first digits of the job id>`, render.ha_cluster_id); None for anything else: the cluster's own HA
     ConfigMap, a warm standby's session identity, an identity from before generations (the app name)."""
     cid = label(cm, "app") or ""
     app, dot, digits = cid.rpartition(".")
@@ -69,7 +69,7 @@ def ha_job_of(cm: Obj) -> tuple[str, str] | None:
 
 
 def is_session_suffix(text: str) -> bool:
-    """`g<8 hex>`: the HA identity suffix of a warm standby's session cluster (k8s_render.ha_cluster_id)."""
+    """`g<8 hex>`: the HA identity suffix of a warm standby's session cluster (render.ha_cluster_id)."""
     return text.startswith("g") and _hex(text[1:], 8)
 
 
