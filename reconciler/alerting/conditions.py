@@ -78,7 +78,7 @@ def app_conditions(f: AppFacts, now: datetime, t: Thresholds) -> list[Condition]
     if f.record_unreadable is not None:
         out.append(Condition(Trigger.RECORDS_UNREADABLE, f.app, f.namespace,
                              f"the record of {f.app} cannot be read", f.record_unreadable))
-    elif f.phase is Phase.BLOCKED:
+    if f.phase is Phase.BLOCKED:
         add(Trigger.APP_BLOCKED, f"{f.app} is blocked and waits for a human")
     if f.phase is Phase.FAILED:
         add(Trigger.CHANGE_FAILED, f"the last change of {f.app} failed")

@@ -382,6 +382,10 @@ class Daemon:
             err = self.runner.last_error
             lines.append(f"last error: {_ts(err.started_at)} {err.error}")
         lines.append(f"passes: {self.runner.passes['ok']} ok, {self.runner.passes['error']} failed")
+        if self.alerter is not None:
+            active = self.alerter.active()
+            lines.append(f"active alerts: {len(active)}" + (" (docs/alerts.md)" if active else ""))
+            lines.extend(f"  {a.alert:34} {a.app or '-'}: {a.summary[:300]}" for a in active[:50])
         if isinstance(self.service, StatusSource):
             try:
                 lines.append("")

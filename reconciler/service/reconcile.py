@@ -377,10 +377,12 @@ class Reconciler:
     def plan(self, rev: str, *, only: Collection[str] | None = None) -> Plan:
         return self._plan(rev, only=only)
 
-    def _plan(self, rev: str, *, only: Collection[str] | None = None, track_health: bool = False) -> Plan:
-        """The plan of `rev`, session clusters included (core/session_planner.py)."""
+    def _plan(self, rev: str, *, only: Collection[str] | None = None, track_health: bool = False,
+              keep_input: bool = False) -> Plan:
+        """The plan of `rev`, session clusters included (core/session_planner.py). `keep_input`: remember what it
+        was planned from, for the apps' health facts after the pass."""
         inp = self.plan_input(rev, only=only, track_health=track_health)
-        if track_health:
+        if keep_input:
             self._observed = inp
         return plan_with_sessions(inp, sessions.observe(self.runtime, self.load(rev)), only=only)
 
@@ -429,7 +431,7 @@ class Reconciler:
                 the_plan = self._check_saved(saved)
             else:
                 assert rev is not None
-                the_plan = self._plan(rev, only=only, track_health=self.runtime is not None)
+                the_plan = self._plan(rev, only=only, track_health=self.runtime is not None, keep_input=True)
             if self.leader is not None and not self.leader():
                 log.warning("lost the lease while planning %s: nothing executed", the_plan.revision[:12])
                 return PassResult(the_plan.revision, the_plan, {}, resumed)

@@ -94,7 +94,7 @@ def triggers(f: AppFacts, t: Thresholds = T) -> set[Trigger]:
     (facts(phase=Phase.BLOCKED), {Trigger.APP_BLOCKED}),
     (facts(phase=Phase.FAILED), {Trigger.CHANGE_FAILED}),
     (facts(phase=Phase.CRASH_LOOP, job_running=False, job_state="FAILED"), {Trigger.CRASH_LOOP}),
-    (facts(phase=Phase.BLOCKED, record_unreadable="not JSON"), {Trigger.RECORDS_UNREADABLE}),
+    (facts(phase=Phase.BLOCKED, record_unreadable="not JSON"), {Trigger.RECORDS_UNREADABLE, Trigger.APP_BLOCKED}),
     # checkpoint age: over max(3 x interval, 2 min)
     (facts(checkpoint_at=NOW - timedelta(seconds=119)), set()),
     (facts(checkpoint_at=NOW - timedelta(seconds=121)), {Trigger.CHECKPOINT_AGE}),

@@ -1,0 +1,77 @@
+"""The shipped alert rules (deploy/alerts/): unit-tested with the real `promtool test rules`, the PrometheusRule
+kept equal to the rule file, one runbook section per alert, the same names as the daemon's own triggers, and
+every series a rule reads is one the daemon exports."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from reconciler.alerting.conditions import ALERTS
+from reconciler.alerting.facts import AppFacts, Phase
+from reconciler.daemon.metrics import Metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "deploy" / "alerts" / "flink-reconciler.rules.yaml"
+OPERATOR = ROOT / "deploy" / "alerts" / "prometheusrule.yaml"
+RUNBOOKS = ROOT / "docs" / "alerts.md"
+
+
+def rules() -> list[dict[str, Any]]:
+    return [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+
+
+def test_promtool_checks_and_unit_tests_the_rules() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian: apt-get install prometheus; scripts/setup.sh does it)")
+    check = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60,
+                           check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+    test = subprocess.run([promtool, "test", "rules", "rules_test.yaml"], cwd=Path(__file__).parent,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert test.returncode == 0, test.stdout + test.stderr
+    assert "SUCCESS" in test.stdout
+
+
+def test_the_prometheusrule_has_exactly_the_groups_of_the_rule_file() -> None:
+    doc = yaml.safe_load(OPERATOR.read_text())
+    assert (doc["apiVersion"], doc["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
+    assert doc["spec"]["groups"] == yaml.safe_load(RULES.read_text())["groups"], \
+        "regenerate deploy/alerts/prometheusrule.yaml from the rule file"
+
+
+def test_every_alert_is_a_trigger_of_the_daemon_with_its_severity_and_a_runbook() -> None:
+    shipped = {r["alert"]: r for r in rules()}
+    assert set(shipped) == {name for name, _ in ALERTS.values()}
+    docs = RUNBOOKS.read_text()
+    headings = set(re.findall(r"^### (\w+)$", docs, re.MULTILINE))
+    for name, severity in ALERTS.values():
+        r = shipped[name]
+        assert r["labels"]["severity"] == severity, name
+        assert r["annotations"]["runbook_url"] == f"docs/alerts.md#{name.lower()}"
+        assert name in headings, f"docs/alerts.md has no runbook section '### {name}'"
+        section = docs.split(f"### {name}\n", 1)[1].split("\n### ", 1)[0]
+        for part in ("**What it means.**", "**What to do.**", "flink-reconciler"):
+            assert part in section, f"the runbook of {name} lacks {part!r}"
+
+
+def test_every_series_a_rule_reads_is_exported() -> None:
+    metrics = Metrics()
+    now = datetime(2026, 12, 5, tzinfo=UTC)
+    metrics.app_health([AppFacts(app="a", namespace="n", phase=Phase.IN_SYNC, reason="", want_running=True,
+                                 job_state="RUNNING", job_running=True, restarts=1, checkpoint_at=now,
+                                 checkpoint_interval_s=10.0, checkpoints_failed=0, savepoint_at=now)], full=True)
+    metrics.observe_git_fetch(0.1, error="SourceAuthError")
+    metrics.observe_git_fetch(0.1)
+    metrics.last_sync_success.set(1)
+    exported = set(re.findall(r"^([a-z_]+)[{ ]", metrics.exposition()[0].decode(), re.MULTILINE))
+    used = {m for r in rules() for m in re.findall(r"\b(flink_reconciler_[a-z_]+)", r["expr"])}
+    assert used and used <= exported, used - exported
