@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from reconciler.core.context import FAILED_BEFORE
@@ -70,9 +70,16 @@ def phase_of(ap: AppPlan, outcome: Outcome | None) -> Phase:
 
 
 def facts_of(ap: AppPlan, *, outcome: Outcome | None, message: str | None, live: LiveApp,
-             record: AppRecord | None, spec: FlinkApp | None, unreadable: str | None = None) -> AppFacts:
+             record: AppRecord | None, spec: FlinkApp | None, unreadable: str | None = None,
+             now: datetime | None = None, repair_window: timedelta | None = None) -> AppFacts:
     """One app's facts after a pass. `spec`: the app's spec in Git (else the one applied last), for its namespace,
-    whether its job should run and its checkpoint interval."""
+    whether its job should run and its checkpoint interval. `now` and `repair_window` (the crash-loop window of
+    self-healing): a repair that is not the first within the window is part of a crash loop, not a heal, so the
+    phase does not flap between the repairs and the backoff waits in between."""
+    phase = phase_of(ap, outcome)
+    if (phase is Phase.HEALING and ap.action is Action.REPAIR and record is not None and now is not None
+            and repair_window is not None and sum(1 for t in record.repairs if now - t <= repair_window) >= 2):
+        phase = Phase.CRASH_LOOP
     observed = live.cluster is not ClusterPhase.UNKNOWN
     interval = None
     if spec is not None:
@@ -81,7 +88,7 @@ def facts_of(ap: AppPlan, *, outcome: Outcome | None, message: str | None, live:
     return AppFacts(
         app=ap.app,
         namespace=spec.metadata.namespace if spec is not None else "",
-        phase=phase_of(ap, outcome),
+        phase=phase,
         reason=message if message and outcome in (Outcome.FAILURE, Outcome.ERROR) else ap.reason,
         want_running=(spec.spec.job.state is JobState.RUNNING) if spec is not None else None,
         observed=observed,

@@ -500,7 +500,8 @@ class Reconciler:
                 live = LiveApp(name=ap.app, cluster=ClusterPhase.UNKNOWN)
                 record = self.journal.record(ap.app) or record
             out.append(facts_of(ap, outcome=res.outcome if res else None, message=res.message if res else None,
-                                live=live, record=record, spec=spec, unreadable=broken.get(ap.app)))
+                                live=live, record=record, spec=spec, unreadable=broken.get(ap.app), now=inp.now,
+                                repair_window=self.policy.repair_window))
         return out
 
     def status_text(self) -> str:

@@ -69,6 +69,21 @@ def test_the_planners_crash_loop_plans_are_the_crash_loop_phase() -> None:
     assert got is Phase.CRASH_LOOP and the.action is Action.BLOCKED, the.reason
 
 
+def test_a_repair_after_an_earlier_one_within_the_window_is_part_of_the_crash_loop() -> None:
+    spec = app()
+    window = timedelta(minutes=10)
+    live = failed()
+
+    def phase(*ago: timedelta) -> Phase:
+        rec = record(repairs=tuple(NOW - d for d in ago))
+        return facts_of(ap(Action.REPAIR, repair="job"), outcome=Outcome.FAILURE, message="job failed", live=live,
+                        record=rec, spec=spec, now=NOW, repair_window=window).phase
+
+    assert phase(timedelta(0)) is Phase.HEALING  # the first repair (the record has this one only)
+    assert phase(timedelta(0), timedelta(minutes=1)) is Phase.CRASH_LOOP
+    assert phase(timedelta(0), timedelta(minutes=11)) is Phase.HEALING  # the earlier one is out of the window
+
+
 @pytest.mark.parametrize(("text", "seconds"), [
     ("10 s", 10.0), ("1s", 1.0), ("500 ms", 0.5), ("200ms", 0.2), ("3 min", 180.0), ("1m", 60.0), ("2 h", 7200.0),
     ("1000", 1.0), ("PT30S", 30.0), ("PT1M", 60.0), ("1 d", 86400.0), (None, None), ("soon", None), ("", None),
