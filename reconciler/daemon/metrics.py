@@ -163,8 +163,11 @@ class Metrics:
             ["sink", "reason"],
             registry=r,
         )
+        # Per-app series live in a registry of their own: rendered once per change of the facts (a pass), not once
+        # per scrape (daemon/app_metrics.py; 10,000 apps are ~90,000 series).
         self.app_health_collector = AppHealthCollector()
-        r.register(self.app_health_collector)
+        self._app_text: tuple[int, str, bytes] | None = None  # (facts version, content type, body)
+        self._app_text_lock = threading.Lock()
         self._listeners: list[HealthListener] = []
 
         self.autoscale_parallelism = Gauge(
@@ -298,4 +301,15 @@ class Metrics:
     def exposition(self, accept: str | None = None) -> tuple[bytes, str]:
         """(body, content type) in the format the scraper asked for (text or OpenMetrics)."""
         encoder, content_type = choose_encoder(accept or "")
-        return encoder(self.registry), content_type
+        body = encoder(self.registry)
+        version = self.app_health_collector.version
+        with self._app_text_lock:
+            cached = self._app_text
+            if cached is None or cached[:2] != (version, content_type):
+                openmetrics = content_type.startswith("application/openmetrics-text")
+                cached = self._app_text = (version, content_type,
+                                           self.app_health_collector.render(openmetrics=openmetrics))
+        eof = b"# EOF\n"
+        if body.endswith(eof):  # OpenMetrics: one EOF, at the very end
+            return body[: -len(eof)] + cached[2] + eof, content_type
+        return body + cached[2], content_type

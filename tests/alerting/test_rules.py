@@ -75,3 +75,48 @@ def test_every_series_a_rule_reads_is_exported() -> None:
     exported = set(re.findall(r"^([a-z_]+)[{ ]", metrics.exposition()[0].decode(), re.MULTILINE))
     used = {m for r in rules() for m in re.findall(r"\b(flink_reconciler_[a-z_]+)", r["expr"])}
     assert used and used <= exported, used - exported
+
+
+def test_per_app_series_in_both_formats_with_one_eof_and_rendered_once_per_pass() -> None:
+    metrics = Metrics()
+    now = datetime(2026, 12, 5, tzinfo=UTC)
+    f = AppFacts(app="a", namespace="n", phase=Phase.CRASH_LOOP, reason="", want_running=True, job_state="FAILED",
+                 restarts=3, checkpoints_failed=2)
+    metrics.app_health([f], full=True)
+    text, ctype = metrics.exposition()
+    assert ctype.startswith("text/plain")
+    assert b'flink_reconciler_app_phase{app="a",namespace="n",phase="crash_loop"} 1.0' in text
+    assert b'flink_reconciler_app_job_restarts_total{app="a",namespace="n"} 3.0' in text
+    assert b'flink_reconciler_app_job_state{app="a",namespace="n",state="FAILED"} 1.0' in text
+    om, ctype = metrics.exposition("application/openmetrics-text; version=1.0.0")
+    assert ctype.startswith("application/openmetrics-text") and om.count(b"# EOF") == 1 and om.endswith(b"# EOF\n")
+    assert b'flink_reconciler_app_checkpoints_failed_total{app="a",namespace="n"} 2.0' in om
+    assert metrics.exposition()[0] is not None
+    first = metrics._app_text
+    metrics.exposition()
+    assert metrics._app_text is first, "no re-render without new facts"
+    metrics.app_health([f.__class__(**{**f.__dict__, "phase": Phase.IN_SYNC, "checkpoint_at": now})], full=True)
+    text, _ = metrics.exposition()
+    assert b'phase="in_sync"} 1.0' in text and b'phase="crash_loop"' not in text
+    metrics.app_health([], full=True)  # the app is gone from Git: its series go too
+    assert b'app="a"' not in metrics.exposition()[0]
+
+
+def test_both_formats_parse_with_prometheus_clients_parsers() -> None:
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
+    from prometheus_client.parser import text_string_to_metric_families
+
+    metrics = Metrics()
+    now = datetime(2026, 12, 5, tzinfo=UTC)
+    metrics.app_health([AppFacts(app=f"a{i}", namespace="n", phase=Phase.IN_SYNC, reason="", want_running=True,
+                                 job_state="RUNNING", job_running=True, restarts=i, checkpoint_at=now,
+                                 checkpoint_interval_s=10.0, checkpoints_failed=0, savepoint_at=now, repaired=True)
+                        for i in range(3)], full=True)
+    text = metrics.exposition()[0].decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    assert [s.value for s in fams["flink_reconciler_app_job_restarts"].samples] == [0.0, 1.0, 2.0]
+    assert fams["flink_reconciler_app_heals"].type == "counter"
+    om = metrics.exposition("application/openmetrics-text; version=1.0.0")[0].decode()
+    fams = {f.name: f for f in om_families(om)}  # type: ignore[no-untyped-call]  # raises on anything OpenMetrics does not allow (a second EOF ...)
+    assert fams["flink_reconciler_app_last_checkpoint_timestamp_seconds"].samples[0].value == now.timestamp()
+    assert fams["flink_reconciler_records_unreadable"].samples[0].value == 0.0
