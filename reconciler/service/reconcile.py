@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from reconciler.alerting.facts import AppFacts, facts_of
 from reconciler.apply.executor import AppResult, Executor, StepEvent
 from reconciler.apply.journal import Journal, broken_reason
 from reconciler.clock import Clock
@@ -46,6 +45,7 @@ from reconciler.logs import log_context
 from reconciler.report.reporter import Reporter
 from reconciler.report.status import LINEAGE_PREFIX, CommitStatus
 from reconciler.service import sessions
+from reconciler.service.health import pass_facts
 from reconciler.service.ports import APP_STATES, AppHealth, AutoscaleHook, PassMetrics
 from reconciler.service.sharding import Shard, shard_view
 from reconciler.settings import redact_url
@@ -477,32 +477,13 @@ class Reconciler:
             for state, _ in self._states.values():
                 counts[state] += 1
             self.metrics.set_app_states(counts, owner=str(self.shard or ""))
-        if isinstance(self.metrics, AppHealth):
-            self.metrics.app_health(self._facts(the_plan, results), full=full, owner=str(self.shard or ""))
-        self._observed = None
-
-    def _facts(self, the_plan: Plan, results: dict[str, AppResult]) -> list[AppFacts]:
-        """Each planned app's health from what this pass already read (docs/alerts.md#metrics). An app executed in
-        this pass was observed before its change: its job facts wait for the next pass's observation."""
-        inp = self._observed
-        if inp is None or inp.revision != the_plan.revision:
-            return []
-        broken = self.journal.broken()
-        loaded = self._loaded.apps if self._loaded is not None else {}
-        out = []
-        for ap in the_plan.apps:
-            res = results.get(ap.app)
-            la = loaded.get(ap.app)
-            spec = la.app if la is not None else inp.previous.get(ap.app)
-            live = inp.live.get(ap.app)
-            record = inp.records.get(ap.app)
-            if res is not None:
-                live = LiveApp(name=ap.app, cluster=ClusterPhase.UNKNOWN)
-                record = self.journal.record(ap.app) or record
-            out.append(facts_of(ap, outcome=res.outcome if res else None, message=res.message if res else None,
-                                live=live, record=record, spec=spec, unreadable=broken.get(ap.app), now=inp.now,
-                                repair_window=self.policy.repair_window))
-        return out
+        inp, self._observed = self._observed, None
+        if isinstance(self.metrics, AppHealth) and inp is not None and inp.revision == the_plan.revision:
+            specs = {n: la.app for n, la in self._loaded.apps.items()} if self._loaded is not None else {}
+            self.metrics.app_health(
+                pass_facts(the_plan, results, inp, specs=specs, broken=self.journal.broken(),
+                           record=self.journal.record, repair_window=self.policy.repair_window),
+                full=full, owner=str(self.shard or ""))
 
     def status_text(self) -> str:
         """The status page's app lines: how many apps are in which state, and why each one that is not ok."""

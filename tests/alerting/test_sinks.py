@@ -241,3 +241,19 @@ def test_settings_refuse_incomplete_sinks_and_unknown_subscriptions() -> None:
         SinkConfig(name="mail", type="smtp", mail_from="a@b")
     with pytest.raises(ValueError, match="unknown sinks: nope"):
         AlertingSettings(subscriptions=(Subscription(sinks=("nope",)),))
+
+
+def test_a_shard_given_up_is_forgotten_without_resolved_messages(receiver: HttpReceiver) -> None:
+    clock = FakeClock(NOW)
+    cfg = AlertingSettings(sinks=(SinkConfig(name="ops", type="webhook", url=SecretStr(receiver.url),
+                                             hmac_secret=SecretStr("hmac-key-123")),), not_syncing_after=86400)
+    alerter = Alerter(cfg, clock)
+    alerter.app_health([facts(Phase.BLOCKED, app="a")], full=True, owner="shard-0")
+    alerter.app_health([facts(Phase.BLOCKED, app="b")], full=True, owner="shard-1")
+    wait_for(lambda: len(receiver.got) == 2)
+    alerter.forget_owner("shard-0")  # another replica reconciles `a` now
+    alerter.tick()
+    alerter.app_health([facts(Phase.BLOCKED, app="b")], full=True, owner="shard-1")
+    time.sleep(0.2)
+    assert len(receiver.got) == 2 and [a.app for a in alerter.active()] == ["b"]
+    alerter.close(1)
