@@ -14,7 +14,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from reconciler.alerting.conditions import ALERTS, Condition, Thresholds, all_conditions, daemon_conditions
+from reconciler.alerting.conditions import (
+    ALERTS,
+    LIVE_TRIGGERS,
+    Condition,
+    Thresholds,
+    all_conditions,
+    daemon_conditions,
+)
 from reconciler.alerting.config import AlertingSettings
 from reconciler.alerting.delivery import Delivery, DeliveryMetrics, Retry
 from reconciler.alerting.facts import AppFacts
@@ -125,9 +132,14 @@ class Alerter:
         now = self.clock.now()
         facts = [f for mine in self._facts.values() for f in mine.values() if scope is None or f.app in scope]
         active = all_conditions(facts, now, self.thresholds)
+        # An app the pass could not observe (or just changed, so observed before the change) keeps its live
+        # conditions as they were: "not looked at" neither resolves nor raises them.
+        unobserved = {f.app for f in facts if not f.observed}
 
         def in_scope(key: Key) -> bool:
-            return key[1] != "" and (scope is None or key[1] in scope)
+            if key[1] == "" or (key[0] in LIVE_TRIGGERS and key[1] in unobserved):
+                return False
+            return scope is None or key[1] in scope
 
         self._tracked, events = advance(self._tracked, active, now, self.cfg.timing, in_scope=in_scope)
         return events

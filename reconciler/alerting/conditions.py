@@ -38,6 +38,7 @@ ALERTS: Mapping[Trigger, tuple[str, str]] = {
     Trigger.RECORDS_UNREADABLE: ("FlinkReconcilerRecordsUnreadable", "warning"),
 }
 DAEMON_TRIGGERS = frozenset({Trigger.NOT_SYNCING, Trigger.GIT_FETCH_FAILING})
+LIVE_TRIGGERS = frozenset({Trigger.CHECKPOINT_AGE, Trigger.JOB_NOT_RUNNING})  # judged from the observed job
 
 
 def alert_name(trigger: Trigger) -> str:

@@ -257,3 +257,26 @@ def test_a_shard_given_up_is_forgotten_without_resolved_messages(receiver: HttpR
     time.sleep(0.2)
     assert len(receiver.got) == 2 and [a.app for a in alerter.active()] == ["b"]
     alerter.close(1)
+
+
+def test_an_app_not_observed_in_a_pass_keeps_its_live_alerts_as_they_were(receiver: HttpReceiver) -> None:
+    clock = FakeClock(NOW)
+    cfg = AlertingSettings(sinks=(SinkConfig(name="ops", type="webhook", url=SecretStr(receiver.url),
+                                             hmac_secret=SecretStr("hmac-key-123")),), not_syncing_after=86400)
+    alerter = Alerter(cfg, clock)
+    old = AppFacts(app="a", namespace="n", phase=Phase.IN_SYNC, reason="", want_running=True, job_state="RUNNING",
+                   job_running=True, checkpoint_at=NOW - timedelta(hours=1), checkpoint_interval_s=10.0)
+    alerter.app_health([old], full=True)
+    wait_for(lambda: len(receiver.got) == 1)
+    assert receiver.got[0].json()["alert"] == "FlinkAppCheckpointTooOld"
+    changing = AppFacts(app="a", namespace="n", phase=Phase.IN_SYNC, reason="upgraded", want_running=True,
+                        observed=False)  # executed in this pass: observed before its change
+    alerter.app_health([changing], full=True)
+    time.sleep(0.2)
+    assert len(receiver.got) == 1 and [a.alert for a in alerter.active()] == ["FlinkAppCheckpointTooOld"]
+    fresh = AppFacts(app="a", namespace="n", phase=Phase.IN_SYNC, reason="", want_running=True, job_state="RUNNING",
+                     job_running=True, checkpoint_at=NOW, checkpoint_interval_s=10.0)
+    alerter.app_health([fresh], full=True)
+    wait_for(lambda: len(receiver.got) == 2)
+    assert receiver.got[1].json()["status"] == "resolved"
+    alerter.close(1)
