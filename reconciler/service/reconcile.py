@@ -137,6 +137,8 @@ class Reconciler:
         as "nothing changed" would report a still-broken daemon as healthy."""
         if self.leader is not None and not self.leader():
             log.debug("standby: another replica holds the lease; not reconciling (%s)", reason)
+            if self._leading and isinstance(self.metrics, AppHealth):  # deposed: the leader's health is the truth
+                self.metrics.forget_owner(str(self.shard or ""))
             self._leading = False
             return
         if self.leader is not None and not self._leading:

@@ -120,3 +120,16 @@ def test_both_formats_parse_with_prometheus_clients_parsers() -> None:
     fams = {f.name: f for f in om_families(om)}  # type: ignore[no-untyped-call]  # raises on anything OpenMetrics does not allow (a second EOF ...)
     assert fams["flink_reconciler_app_last_checkpoint_timestamp_seconds"].samples[0].value == now.timestamp()
     assert fams["flink_reconciler_records_unreadable"].samples[0].value == 0.0
+
+
+def test_the_podmonitor_scrapes_a_port_the_daemons_pods_have() -> None:
+    kustomization = yaml.safe_load((ROOT / "deploy" / "alerts" / "kustomization.yaml").read_text())
+    assert set(kustomization["resources"]) == {"prometheusrule.yaml", "podmonitor.yaml"}
+    monitor = yaml.safe_load((ROOT / "deploy" / "alerts" / "podmonitor.yaml").read_text())
+    deployment = yaml.safe_load((ROOT / "deploy" / "kubernetes" / "deployment.yaml").read_text())
+    pod = deployment["spec"]["template"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    ports = {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", ())}
+    for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+        assert endpoint["port"] in ports, f"the PodMonitor scrapes port {endpoint['port']!r}; the pods have {ports}"
+        assert endpoint["path"] == "/metrics"
