@@ -57,7 +57,8 @@ class AppHealthCollector:
             family = name if openmetrics or not counter else f"{name}_total"
             sample = f"{name}_total" if counter else name
             out.append(f"# HELP {family} {help_text}\n# TYPE {family} {kind}\n")
-            out.extend(f"{sample}{{{labels}}} {value!r}\n" for labels, value in rows)
+            out.extend(f"{sample}{{{labels}}} {value!r}\n" if labels else f"{sample} {value!r}\n"
+                       for labels, value in rows)
         return "".join(out).encode()
 
 

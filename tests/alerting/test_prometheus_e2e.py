@@ -85,7 +85,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                               poll_interval=1, drift_interval=2, alerting=json.dumps(alerting))
     procs: list[Proc] = []
     try:
-        target = daemon.url.removeprefix("http://")
+        target = daemon.probe_url.removeprefix("http://")  # /metrics is on the probe port
         rules = yaml.safe_load(RULES.read_text())
         for group in rules["groups"]:
             for rule in group["rules"]:
