@@ -1,4 +1,5 @@
-"""The dashboard's overview at 100, 1,000 and 10,000 apps: time to the first byte and size of the HTML.
+"""The dashboard at 100, 1,000 and 10,000 apps: time to the first byte and size of the HTML of the overview
+and of /plan, and the server's CPU for a page of an app that does not exist.
 
 For each size: a real Git repository (bare origin) with N specs, records for every app written through the
 Journal over a FileRecordStore as the executor writes them (tests/ui/records.py; no Flink), then
@@ -7,7 +8,13 @@ request right after start (answered at once: the rows are still being read), how
 every record takes, the first full page, and the median of the next ones (what a page left open costs each
 refresh), plus the size of the page. Goals: first byte <= 300 ms, <= 2 MB of HTML.
 
-Run: .venv/bin/python bench/ui_bench.py [--sizes 100,1000,10000] [--repeat 5]
+Then /plan (the tip's plan against its parent: N creates, every app's block open): what the first request
+answers and when (the plan is computed then), when the plan is shown, the median of the next requests, and
+the page's size; and GET /apps/<missing> max(`--repeat`, 20) times: the server process's CPU per request
+(utime + stime from /proc, so the figure is the server's work, not the client's).
+
+Run: .venv/bin/python bench/ui_bench.py [--sizes 100,1000,10000] [--repeat 5] [--code DIR]
+`--code DIR` serves from another checkout (e.g. main's worktree) to compare before and after.
 Not a test: nothing is asserted.
 """
 
@@ -35,21 +42,39 @@ from tests.ui.records import execute, plans
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def first_byte(url: str) -> tuple[float, int]:
+def first_byte(url: str, path: str = "/", status: bytes = b"200") -> tuple[float, int]:
     """Seconds from connect to the first byte of the answer, and the body's size (raw socket: no client
     library's overhead in the figure)."""
     host, port = url.split("//")[1].split(":")
     t0 = time.perf_counter()
     with socket.create_connection((host, int(port))) as s:
-        s.sendall(b"GET / HTTP/1.0\r\nHost: localhost\r\nAccept: text/html\r\n\r\n")
+        s.sendall(b"GET " + path.encode() + b" HTTP/1.0\r\nHost: localhost\r\nAccept: text/html\r\n\r\n")
         first = s.recv(65536)
         t_first = time.perf_counter() - t0
         data = first
         while chunk := s.recv(65536):
             data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.0 200"), head[:200]
+    assert head.startswith(b"HTTP/1.0 " + status), head[:200]
     return t_first, len(body)
+
+
+def cpu_s(pid: int) -> float:
+    """utime + stime of a process, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def get(url: str, path: str) -> tuple[int | None, bytes]:
+    """(status, body) of GET `path`; status None when the server closed the connection without an answer."""
+    host, port = url.split("//")[1].split(":")
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(b"GET " + path.encode() + b" HTTP/1.0\r\nHost: localhost\r\nAccept: text/html\r\n\r\n")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return (int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/") else None), body
 
 
 def fetch(url: str) -> bytes:
@@ -62,7 +87,7 @@ def fetch(url: str) -> bytes:
     return data
 
 
-def measure(n: int, repeat: int, root: Path) -> dict[str, object]:
+def measure(n: int, repeat: int, root: Path, code: Path) -> dict[str, object]:
     repo = Repo(root)
     for i in range(n):
         repo.write(f"apps/app-{i:05d}.yaml", spec(f"app-{i:05d}", parallelism=1 + i % 3))
@@ -76,7 +101,7 @@ def measure(n: int, repeat: int, root: Path) -> dict[str, object]:
     write_s = time.perf_counter() - t0
     proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "ui", "--listen", "127.0.0.1:0",
                              "--state-dir", str(root / "state"), "--repo", str(repo.origin),
-                             "--cache-dir", str(root / "cache")], cwd=ROOT, stdout=subprocess.PIPE,
+                             "--cache-dir", str(root / "cache")], cwd=code, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True,
                             env={**os.environ, "FLINK_RECONCILER_DRY_RUN": "true"})
     try:
@@ -89,24 +114,48 @@ def measure(n: int, repeat: int, root: Path) -> dict[str, object]:
         ready_s = time.perf_counter() - started
         warm, size = first_byte(url)
         warm_runs = [first_byte(url)[0] for _ in range(repeat)]
+        t0 = time.perf_counter()
+        status, body = get(url, "/plan")  # the first: computes the plan (in the background, where it can)
+        plan_first = time.perf_counter() - t0
+        first_answer = ("no answer" if status is None else "computing…" if b"Computing the plan" in body
+                        else f"HTTP {status}")
+        while (status != 200 or b"Computing the plan" in body) and time.perf_counter() - t0 < 600:
+            time.sleep(0.2)
+            status, body = get(url, "/plan")
+        plan_ready = time.perf_counter() - t0
+        plan_size = len(body) if status == 200 else 0
+        plan_runs = [first_byte(url, "/plan")[0] for _ in range(repeat)]
+        missing = max(repeat, 20)
+        before = cpu_s(proc.pid)
+        t0 = time.perf_counter()
+        for i in range(missing):
+            first_byte(url, f"/apps/no-such-app-{i}", b"404")
+        missing_wall = (time.perf_counter() - t0) / missing
+        missing_cpu = (cpu_s(proc.pid) - before) / missing
     finally:
         proc.terminate()
         proc.wait(timeout=10)
     return {"apps": n, "records_write_s": round(write_s, 1), "first_byte_at_start_ms": round(cold * 1000),
             "rows_ready_after_start_s": round(ready_s, 2), "first_byte_first_full_page_ms": round(warm * 1000),
             "first_byte_warm_median_ms": round(statistics.median(warm_runs) * 1000),
-            "first_byte_warm_max_ms": round(max(warm_runs) * 1000), "html_kib": round(size / 1024)}
+            "first_byte_warm_max_ms": round(max(warm_runs) * 1000), "html_kib": round(size / 1024),
+            "plan_first_ms": round(plan_first * 1000), "plan_first_answer": first_answer,
+            "plan_ready_s": round(plan_ready, 2),
+            "plan_warm_median_ms": round(statistics.median(plan_runs) * 1000),
+            "plan_html_kib": round(plan_size / 1024), "missing_app_cpu_ms": round(missing_cpu * 1000, 1),
+            "missing_app_wall_ms": round(missing_wall * 1000, 1)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sizes", default="100,1000,10000")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--code", type=Path, default=ROOT, help="the checkout whose `flink-reconciler ui` is measured")
     args = ap.parse_args()
     results = []
     for n in (int(x) for x in args.sizes.split(",")):
         with tempfile.TemporaryDirectory(prefix=f"ui-bench-{n}-") as tmp:
-            results.append(measure(n, args.repeat, Path(tmp)))
+            results.append(measure(n, args.repeat, Path(tmp), args.code.resolve()))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     print(json.dumps(results, indent=2))
     print("\n| apps | first byte at start | rows ready after | first full page | refresh (median / max) | HTML |")
@@ -115,6 +164,13 @@ def main() -> None:
         print(f"| {r['apps']:,} | {r['first_byte_at_start_ms']} ms | {r['rows_ready_after_start_s']} s | "
               f"{r['first_byte_first_full_page_ms']} ms | {r['first_byte_warm_median_ms']} / "
               f"{r['first_byte_warm_max_ms']} ms | {r['html_kib']} KiB |")
+    print("\n| apps | /plan: first answer | plan shown after | again (median) | HTML "
+          "| /apps/<missing>: server CPU | wall |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in results:
+        print(f"| {r['apps']:,} | {r['plan_first_answer']} in {r['plan_first_ms']} ms | {r['plan_ready_s']} s | "
+              f"{r['plan_warm_median_ms']} ms | {r['plan_html_kib']} KiB | {r['missing_app_cpu_ms']} ms | "
+              f"{r['missing_app_wall_ms']} ms |")
 
 
 if __name__ == "__main__":

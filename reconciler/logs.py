@@ -7,8 +7,9 @@ so third-party loggers (apscheduler, httpx) get it too.
 
 `redact()` is the one place credentials are taken out of text we emit: both formatters run every whole
 line through it (message, fields, traceback), and the daemon's HTTP server runs every text answer
-through it. It drops the user-info part of any URL (`https://TOKEN@host/...`, `https://user:pw@...`)
-and every value registered with `mask_secrets()` (the configured tokens and webhook secrets).
+through it. It masks every value registered with `mask_secrets()` (the configured tokens and webhook
+secrets), then URL credentials by the one rule of `redaction.redact_urls` (user-info up to the last `@`
+of the authority, secret-looking query parameters).
 `redact_config()` does the same for structured values (a spec shown by the dashboard) and also masks the
 value of every key that looks secret (`looks_secret`: Flink's own rule for its configuration).
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -26,15 +26,13 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import IO, Any, Literal
 
-from reconciler.redaction import REDACTED, mask_config
+from reconciler.redaction import REDACTED, mask_config, redact_urls
 
 _app: ContextVar[str | None] = ContextVar("log_app", default=None)
 _revision: ContextVar[str | None] = ContextVar("log_revision", default=None)
 
 CONTEXT_FIELDS = ("app", "revision")
 
-# scheme://<anything but / @ whitespace quotes>@  -> the user-info of a URL, with or without a password
-_URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^/@\s\"'<>\\]+@", re.IGNORECASE)
 _MIN_SECRET = 8  # shorter values would mask ordinary words (and are no secret anyway)
 
 
@@ -84,7 +82,7 @@ def redact(text: str) -> str:
     for secret in _SECRETS.values:
         if secret in text:
             text = text.replace(secret, REDACTED)
-    return _URL_USERINFO.sub(r"\1" + REDACTED + "@", text)
+    return redact_urls(text)
 
 
 def redact_config(value: Any, key: str = "") -> Any:

@@ -14,7 +14,6 @@ from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, BeforeValidator, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -25,6 +24,7 @@ from ruamel.yaml.error import YAMLError
 from reconciler.alerting.config import AlertingSettings
 from reconciler.durations import parse_duration
 from reconciler.errors import ConfigError
+from reconciler.redaction import redact_url as redact_url  # noqa: PLC0414 (re-exported: the one URL rule)
 
 ENV_PREFIX = "FLINK_RECONCILER_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"
@@ -362,20 +362,6 @@ def load_settings(cli: Mapping[str, Any] | None = None, config_file: Path | str 
         raise ConfigError("invalid settings:\n  " + "\n  ".join(problems)) from None
     finally:
         _config_file.reset(token)
-
-
-def redact_url(url: str) -> str:
-    """Drop a password or token embedded in a URL (https://user:token@host/...)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None and not (parts.username and parts.scheme in ("http", "https")):
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    return urlunsplit((parts.scheme, f"{REDACTED}@{host}", parts.path, parts.query, parts.fragment))
 
 
 def reference() -> Iterator[tuple[str, str, str, str]]:

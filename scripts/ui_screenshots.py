@@ -29,6 +29,11 @@ APPS = {"orders": "team-a", "payments": "team-a", "clicks": "team-b", "sessions"
         "fraud-scoring": "team-c", "recommendations": "team-b", "audit-log": "team-a"}
 
 
+LONG_FAILURE = ("StartJob failed: org.apache.flink.runtime.client.JobInitializationException: Could not start the "
+                "JobMaster.\n" + "".join(f"\tat org.example.fraud.Stage{i % 7}.open(Stage{i % 7}.java:{40 + i % 50})\n"
+                                        for i in range(2000)) + "Caused by: java.io.FileNotFoundException: model.bin")
+
+
 def _spec(name: str, parallelism: int = 1) -> str:
     text = spec(name, parallelism=parallelism)
     return text.replace(f"  name: {name}\n", f"  name: {name}\n  namespace: {APPS[name]}\n")
@@ -55,6 +60,14 @@ def build(root: Path) -> Repo:
                     "java.lang.ClassNotFoundException: com.example.PaymentsJob); the previous spec runs again "
                     "from the savepoint just taken. Fix the spec and push a new commit (or bump restartNonce)")
     execute(journal, second, by_app["orders"], stop_at=2)
+    # hostile text: a bidi override in a commit subject, a stack trace of 2,000 lines as a failure message
+    repo.write("apps/audit-log.yaml", _spec("audit-log", 2))
+    repo.write("apps/fraud-scoring.yaml", _spec("fraud-scoring", 2))
+    third = repo.commit("audit-log: add the logo gnp\u202eexe.png")
+    mid = load_dir(repo.work / "apps")
+    by_app = {ap.app: ap for ap in plans(head, mid, base_revision=second, revision=third, now=clock.now())}
+    execute(journal, third, by_app["audit-log"])
+    execute(journal, third, by_app["fraud-scoring"], outcome=Outcome.FAILURE, message=LONG_FAILURE)
     repo.write("apps/clicks.yaml", _spec("clicks", 4))
     repo.commit("clicks: parallelism 4")
     return repo
@@ -80,16 +93,22 @@ def main() -> None:
             url = m.group(1)
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-                shots = [("ui-overview.png", "/", 1280, 720, "light"),
-                         ("ui-app.png", "/apps/orders", 1280, 1000, "light"),
-                         ("ui-failed-dark.png", "/apps/payments", 1280, 820, "dark"),
-                         ("ui-phone.png", "/", 390, 844, "light")]
-                for name, path, width, height, scheme in shots:
+                shots = [("ui-overview.png", "/", 1280, 720, "light", None),
+                         ("ui-app.png", "/apps/orders", 1280, 1000, "light", None),
+                         ("ui-failed-dark.png", "/apps/payments", 1280, 820, "dark", None),
+                         ("ui-phone.png", "/", 390, 844, "light", None),
+                         ("ui-long-text.png", "/apps/fraud-scoring", 1280, 900, "light", "#failure details.long"),
+                         ("ui-plan.png", "/plan", 1280, 720, "light", None)]
+                for name, path, width, height, scheme, open_ in shots:
                     page = browser.new_page(viewport={"width": width, "height": height}, color_scheme=scheme)
                     page.goto(url + path)
                     page.wait_for_timeout(1500)  # the rows are read in the background at start
                     page.goto(url + path)
                     page.wait_for_timeout(300)
+                    if open_:  # a long message: opened, scrolled to
+                        page.locator(open_ + " summary").click()
+                        page.locator(open_).evaluate("e => window.scrollTo(0, e.getBoundingClientRect().top"
+                                                     " + window.scrollY - 200)")
                     page.screenshot(path=str(args.out / name))
                     page.close()
                     print(args.out / name)

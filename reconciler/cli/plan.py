@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,9 +32,10 @@ from reconciler.cli.status import print_status
 from reconciler.clock import SystemClock
 from reconciler.core import render
 from reconciler.core.observed import ClusterPhase
-from reconciler.core.plan import Plan
+from reconciler.core.plan import Action, Plan
 from reconciler.core.planner import Policy, offline_input
 from reconciler.errors import SourceError
+from reconciler.logs import redact
 from reconciler.spec.load import LoadResult
 from reconciler.spec.policy import SpecPolicy
 
@@ -149,6 +151,22 @@ def _emit_plan(result: Plan, args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------- apply
 
 
+NAMED_AT_MOST = 20  # apps `apply` names that it planned and did not execute; `plan` lists them all
+
+
+def _print_not_executed(plan: Plan, done: Mapping[str, object], *, dry_run: bool) -> None:
+    """Name the apps the plan changes that were not executed (all of them in a dry run), as `plan` heads
+    them, so "3 apps: 3 create" says which three."""
+    planned = [a for a in render.sorted_apps(plan) if a.action is not Action.NOOP and a.app not in done]
+    if not planned:
+        return
+    print("dry run, nothing executed:" if dry_run else "not executed:")
+    for a in planned[:NAMED_AT_MOST]:
+        print("  " + redact(render.app_lines(a)[0]))
+    if len(planned) > NAMED_AT_MOST:
+        print(f"  ... and {len(planned) - NAMED_AT_MOST} more (`flink-reconciler plan` lists them all)")
+
+
 def cmd_apply(args: argparse.Namespace) -> int:
     settings = settings_of(args)
     rec = reconciler_for(settings, progress=True)
@@ -167,8 +185,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
         rec.reporter.close(timeout=30)
     print()
     sys.stdout.write(render.to_text(result.plan, color=False).split("\n", 2)[1] + "\n")
-    for name, res in sorted({**result.resumed, **result.results}.items()):
+    done = {**result.resumed, **result.results}
+    for name, res in sorted(done.items()):
         print(f"{name}: {res.action.value} -> {res.outcome.value}: {res.message}")
+    _print_not_executed(result.plan, done, dry_run=settings.dry_run)
     print()
     print_status(rec)
     return EXIT_OK if result.ok else EXIT_ERROR

@@ -20,6 +20,7 @@ from reconciler.cli.common import (
 )
 from reconciler.errors import ConfigError, ReconcilerError, SpecError
 from reconciler.spec.load import LoadResult, load_dir
+from reconciler.spec.model import NAME_RE
 
 
 def add_validate(sub: Subparsers) -> None:
@@ -71,6 +72,9 @@ def add_import(sub: Subparsers) -> None:
     im.add_argument("--out", type=Path, help="write one <name>.yaml per app into this directory and the report to "
                                              "stdout (default: the specs to stdout, the report to stderr)")
     im.add_argument("--force", action="store_true", help="overwrite existing files in --out (default: refuse)")
+    im.add_argument("--namespace", type=_namespace,
+                    help="the namespace of documents that name none: where they run (default: none; such documents "
+                         "are written with namespace default and flagged)")
     im.add_argument("--output", choices=["text", "json"], default="text",
                     help="report format (default: %(default)s)")
     im.set_defaults(func=cmd_import)
@@ -218,10 +222,16 @@ def schema_json(kind: str = "FlinkApp") -> str:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from reconciler import cli_import
+    from reconciler.cli import operator_import
 
-    return cli_import.run(args.source, args.out, force=args.force, output=args.output, stdin=sys.stdin,
-                          stdout=sys.stdout, stderr=sys.stderr)
+    return operator_import.run(args.source, args.out, force=args.force, output=args.output, stdin=sys.stdin,
+                               stdout=sys.stdout, stderr=sys.stderr, namespace=args.namespace)
+
+
+def _namespace(text: str) -> str:
+    if not NAME_RE.fullmatch(text) or len(text) > 63:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Kubernetes namespace name (a DNS-1123 label)")
+    return text
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ from reconciler.cli.common import (
 )
 from reconciler.core.observed import AppRecord, JobPhase, LiveApp
 from reconciler.errors import ConfigError, ReconcilerError
+from reconciler.logs import redact
 
 if TYPE_CHECKING:
     from reconciler.apply.journal import Lineage
@@ -142,10 +143,10 @@ def print_status(rec: Reconciler) -> None:
                       str(r["state"]), sp if len(sp) < 60 else "..." + sp[-57:], str(r["outcome"] or "-")])
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        print(redact("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()))
     for r in rows:
         if r["outcome"] == "blocked" and r["applied"] is None and r["message"]:
-            print(f"\n{r['app']}: {r['message']}")
+            print(redact(f"\n{r['app']}: {r['message']}"))
     from reconciler.service.sessions import cluster_lines
 
     for c in cluster_lines(rec.runtime):
@@ -170,7 +171,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     rec = reconciler_for(settings, report=False)
     if args.output == "json":
-        print(json.dumps(_with_autoscale(rec, _status_rows(rec)), indent=2))
+        print(redact(json.dumps(_with_autoscale(rec, _status_rows(rec)), indent=2)))
     else:
         print_status(rec)
     return EXIT_OK
@@ -294,26 +295,26 @@ def cmd_history(args: argparse.Namespace) -> int:
         print(f"error: no history for app {args.app!r}", file=sys.stderr)
         return EXIT_ERROR
     if args.output == "json":
-        print(json.dumps({"transitions": [t.__dict__ | {"at": t.at.isoformat()} for t in transitions],
-                          "savepoints": [s.model_dump(mode="json") for s in savepoints],
-                          "lineage": [_lineage_json(e) for e in lineage]}, indent=2, default=str))
+        print(redact(json.dumps({"transitions": [t.__dict__ | {"at": t.at.isoformat()} for t in transitions],
+                                 "savepoints": [s.model_dump(mode="json") for s in savepoints],
+                                 "lineage": [_lineage_json(e) for e in lineage]}, indent=2, default=str)))
         return EXIT_OK
     print(f"lineage of {args.app} (per execution: the savepoints it took, the state its job started from):")
     width = max((len(e.action) for e in lineage), default=0)  # `upgrade -> rolled back` is wider than most
     for e in lineage:
         took = f"took {', '.join(e.savepoints)}; " if e.savepoints else ""
         started = "started no job" if e.restored_from is None else f"started from {e.restored_from or 'empty state'}"
-        print(f"  {e.at:%Y-%m-%d %H:%M:%S}  {e.revision[:12]:12}  {e.action:{max(width, 9)}} {e.outcome.value:8} "
-              f"{took}{started}")
+        print(redact(f"  {e.at:%Y-%m-%d %H:%M:%S}  {e.revision[:12]:12}  {e.action:{max(width, 9)}} "
+                     f"{e.outcome.value:8} {took}{started}"))
     print(f"transitions of {args.app}:")
     for t in transitions:
         outcome = t.outcome.value if t.outcome else ""
         again = f" (seen {t.count} times, last {t.last_seen:%Y-%m-%d %H:%M:%S})" if t.last_seen else ""
         rev = (t.revision or "-")[:12]
-        print(f"  {t.at:%Y-%m-%d %H:%M:%S}  {rev:12}  {t.action:10} {outcome:8} {t.message}{again}")
+        print(redact(f"  {t.at:%Y-%m-%d %H:%M:%S}  {rev:12}  {t.action:10} {outcome:8} {t.message}{again}"))
     print(f"savepoints of {args.app} (newest first):")
     for sp in sorted(savepoints, key=lambda s: s.taken_at, reverse=True):
-        print(f"  {sp.taken_at:%Y-%m-%d %H:%M:%S}  {sp.kind:10} {(sp.revision or '-')[:12]:12}  {sp.path}")
+        print(redact(f"  {sp.taken_at:%Y-%m-%d %H:%M:%S}  {sp.kind:10} {(sp.revision or '-')[:12]:12}  {sp.path}"))
     return EXIT_OK
 
 

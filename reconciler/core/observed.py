@@ -83,7 +83,11 @@ class OperatorDeployment(Frozen):
     job_state: str | None = None  # its spec.job.state (running | suspended), restored if a suspend is undone
     upgrade_mode: str | None = None  # its spec.job.upgradeMode, likewise
     lifecycle: str | None = None  # status.lifecycleState
-    refusal: str | None = None  # why it must not be taken over now (core.takeover.takeover_refusal)
+    refusal: str | None = None  # why it must not be taken over now (operator_migration.status.takeover_refusal)
+    # Why no suspend may be asked of it (already suspended, or its job not RUNNING): operator_migration.status's
+    # suspend_refusal. Already suspended, a spec naming initialSavepointPath is taken over from that.
+    not_suspendable: str | None = None
+    fallback: str | None = None  # its kubernetes.operator.job.upgrade.last-state-fallback.enabled, as it was
     unreadable: str | None = None  # the FlinkDeployments could not be listed: why
 
 

@@ -179,7 +179,8 @@ class RescaleInPlace(_Step):
 class SuspendOperatorDeployment(_Step):
     """Ask the operator for a savepoint and a stop (its FlinkDeployment's spec.job.state: suspended, upgradeMode:
     savepoint), wait until its status says SUSPENDED, and keep status.jobStatus.upgradeSavepointPath as the
-    CAPTURED restore point (journaled as soon as it is read)."""
+    CAPTURED restore point (journaled as soon as it is read) only once it is proven to be a savepoint this suspend
+    produced (operator_migration.status.suspension)."""
 
     type: Literal["SuspendOperatorDeployment"] = "SuspendOperatorDeployment"
     namespace: str
@@ -196,8 +197,10 @@ class DeleteOperatorDeployment(_Step):
 
 
 class ReleaseOperatorDeployment(_Step):
-    """Undo a suspend request that did not complete: the FlinkDeployment's spec.job.state and upgradeMode as they
-    were, so the operator runs its job on. A no-op when the FlinkDeployment is gone."""
+    """Undo a suspend request that did not complete: every field the suspend patched (spec.job.state,
+    spec.job.upgradeMode, the last-state fallback setting) as it was before, from what the suspend step journaled
+    before patching, so the operator runs its job on. A no-op when nothing was patched or it is gone. `state` and
+    `upgrade_mode` are what the plan saw (for its text)."""
 
     type: Literal["ReleaseOperatorDeployment"] = "ReleaseOperatorDeployment"
     namespace: str
@@ -259,13 +262,15 @@ def describe_step(step: Step) -> str:
                     "its vertices run at it and it checkpoints, then apply the cluster at the new spec (no restart); "
                     "if Flink refuses or does not adopt it in time, the steps below run instead")
         case SuspendOperatorDeployment(namespace=ns, name=name):
-            return (f"ask the Flink Kubernetes Operator to stop FlinkDeployment {ns}/{name} with a savepoint "
-                    "(spec.job.state: suspended, upgradeMode: savepoint), wait until it is SUSPENDED, keep its "
-                    "savepoint path")
+            return (f"ask the Flink Kubernetes Operator to stop FlinkDeployment {ns}/{name} with a savepoint, never "
+                    "without one (spec.job.state: suspended, upgradeMode: savepoint, last-state fallback off), wait "
+                    "until it is SUSPENDED, keep the savepoint only if this suspend produced it")
         case DeleteOperatorDeployment(namespace=ns, name=name):
-            return f"delete FlinkDeployment {ns}/{name}, wait until its pods and Services are gone (savepoints kept)"
-        case ReleaseOperatorDeployment(namespace=ns, name=name, state=state):
-            return f"give FlinkDeployment {ns}/{name} back to the operator (spec.job.state: {state} as before)"
+            return (f"delete FlinkDeployment {ns}/{name}, wait until its pods, Services and ConfigMaps (HA metadata "
+                    "included) are gone (savepoints kept)")
+        case ReleaseOperatorDeployment(namespace=ns, name=name):
+            return (f"give FlinkDeployment {ns}/{name} back to the operator (every field the suspend set, as it "
+                    "was)")
     raise AssertionError(step)  # pragma: no cover
 
 

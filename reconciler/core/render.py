@@ -69,40 +69,73 @@ def to_text(plan: Plan, *, color: bool = False) -> str:
     if plan.guard:
         lines += [paint("35;1", "GUARD: " + plan.guard), ""]
     for a in _sorted(plan):
-        sym = _symbol(a)
-        mode = f" ({a.upgrade_mode})" if a.action in (Action.UPGRADE, Action.RESTART) and a.upgrade_mode else ""
-        src = f"  {a.source_file}" if a.source_file else ""
-        lines.append(paint(_COLOR.get(sym, "0"), f"{sym} {a.app}: {a.action.value}{mode}") + paint("2", src))
-        lines.append(f"    {a.reason}")
-        for r in a.risks:
-            lines.append("    " + paint("31;1", "RISK: " + r))
-        if a.action is not Action.NOOP or a.diff:
-            for d in diff_lines(a.diff):
-                lines.append("    " + paint("32" if d.startswith("+") else "31", d))
-        for i, s in enumerate(a.steps, 1):
-            lines.append(f"    {i}. {describe_step(s)}  (deadline {s.deadline_s:g}s)")
-        if a.rollback:
-            lines.append(f"    if a step after {a.rollback_after + 1 if a.rollback_after is not None else 0} "
-                         "fails, roll back:")
-            for i, s in enumerate(a.rollback, 1):
-                lines.append(f"      r{i}. {describe_step(s)}")
-        if a.abort:
-            lines.append(f"    if a step up to {(a.rollback_after or 0) + 1} fails, undo (the old job keeps running):")
-            for i, s in enumerate(a.abort, 1):
-                lines.append(f"      u{i}. {describe_step(s)}")
+        lines += app_lines(a, color=color)
     for c in _sorted_clusters(plan):
-        sym = _SYMBOL.get(c.action, "~")
-        src = f"  {c.source_file}" if c.source_file else ""
-        lines.append(paint(_COLOR.get(sym, "0"), f"{sym} {c.cluster}: {c.action.value} (session cluster)")
-                     + paint("2", src))
-        lines.append(f"    {c.reason}")
-        for r in c.risks:
-            lines.append("    " + paint("31;1", "RISK: " + r))
-        if c.apps:
-            lines.append(f"    apps: {', '.join(c.apps)}")
-        for i, s in enumerate(c.steps, 1):
-            lines.append(f"    {i}. {describe_step(s)}, after its apps' steps  (deadline {s.deadline_s:g}s)")
+        lines += cluster_lines(c, color=color)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def head_lines(plan: Plan) -> list[str]:
+    """The plan's header, summary and guard, as `to_text` starts (the dashboard's /plan shows the apps a page
+    at a time below them)."""
+    lines = [_header(plan), summary(plan)]
+    return [*lines, "GUARD: " + plan.guard] if plan.guard else lines
+
+
+def sorted_apps(plan: Plan) -> list[AppPlan]:
+    """The apps in `to_text`'s order: what needs a person first, then by name."""
+    return _sorted(plan)
+
+
+def sorted_clusters(plan: Plan) -> list[ClusterPlan]:
+    return _sorted_clusters(plan)
+
+
+def app_lines(a: AppPlan, *, color: bool = False) -> list[str]:
+    """One app's block of `to_text`: its head line, then its reason, risks, diff and steps (indented)."""
+    def paint(code: str, s: str) -> str:
+        return f"\x1b[{code}m{s}\x1b[0m" if color else s
+
+    sym = _symbol(a)
+    mode = f" ({a.upgrade_mode})" if a.action in (Action.UPGRADE, Action.RESTART) and a.upgrade_mode else ""
+    src = f"  {a.source_file}" if a.source_file else ""
+    lines = [paint(_COLOR.get(sym, "0"), f"{sym} {a.app}: {a.action.value}{mode}") + paint("2", src),
+             f"    {a.reason}"]
+    for r in a.risks:
+        lines.append("    " + paint("31;1", "RISK: " + r))
+    if a.action is not Action.NOOP or a.diff:
+        for d in diff_lines(a.diff):
+            lines.append("    " + paint("32" if d.startswith("+") else "31", d))
+    for i, s in enumerate(a.steps, 1):
+        lines.append(f"    {i}. {describe_step(s)}  (deadline {s.deadline_s:g}s)")
+    if a.rollback:
+        lines.append(f"    if a step after {a.rollback_after + 1 if a.rollback_after is not None else 0} "
+                     "fails, roll back:")
+        for i, s in enumerate(a.rollback, 1):
+            lines.append(f"      r{i}. {describe_step(s)}")
+    if a.abort:
+        lines.append(f"    if a step up to {(a.rollback_after or 0) + 1} fails, undo (the old job keeps running):")
+        for i, s in enumerate(a.abort, 1):
+            lines.append(f"      u{i}. {describe_step(s)}")
+    return lines
+
+
+def cluster_lines(c: ClusterPlan, *, color: bool = False) -> list[str]:
+    """One session cluster's block of `to_text`."""
+    def paint(code: str, s: str) -> str:
+        return f"\x1b[{code}m{s}\x1b[0m" if color else s
+
+    sym = _SYMBOL.get(c.action, "~")
+    src = f"  {c.source_file}" if c.source_file else ""
+    lines = [paint(_COLOR.get(sym, "0"), f"{sym} {c.cluster}: {c.action.value} (session cluster)") + paint("2", src),
+             f"    {c.reason}"]
+    for r in c.risks:
+        lines.append("    " + paint("31;1", "RISK: " + r))
+    if c.apps:
+        lines.append(f"    apps: {', '.join(c.apps)}")
+    for i, s in enumerate(c.steps, 1):
+        lines.append(f"    {i}. {describe_step(s)}, after its apps' steps  (deadline {s.deadline_s:g}s)")
+    return lines
 
 
 def _sorted_clusters(plan: Plan) -> list[ClusterPlan]:

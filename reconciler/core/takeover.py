@@ -1,124 +1,28 @@
-"""Taking over an app the Apache Flink Kubernetes Operator runs (pure): when, from which savepoint, and the plan.
+"""Planning the takeover of an app the Apache Flink Kubernetes Operator runs (pure): when, and the plan.
 
 A takeover of a `FlinkDeployment` (docs/migrate-from-flink-operator.md) is planned when Git has a FlinkApp of its
 name and namespace that was never applied here, or one whose spec.takeover names it. The operator stops its own
 job with a savepoint (we never kill its pods), we read the savepoint path from its status, delete the
-FlinkDeployment, and the job starts here from that savepoint. Refused, with the reason, while the operator is
-mid-upgrade or in error, when its job failed, or when its savepoints are not on durable storage.
+FlinkDeployment, and the job starts here from that savepoint. What the operator's documents say (refusals, the
+suspension) is read in `reconciler.operator_migration.status`; the planner sees it as `OperatorDeployment`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
-
 from reconciler.core.context import Ctx, ctx_start_steps, seconds, step_deadlines
 from reconciler.core.observed import OperatorDeployment
-from reconciler.core.operator_import import RENAMED_KEYS, UnimportableError, flatten_configuration
 from reconciler.core.plan import (
     CAPTURED,
     Action,
     AppPlan,
     DeleteOperatorDeployment,
     ReleaseOperatorDeployment,
+    Restore,
+    RestoreKind,
     Step,
     SuspendOperatorDeployment,
 )
 from reconciler.spec.model import JobState
-
-SAVEPOINT_DIR = "execution.checkpointing.savepoint-dir"
-_BUSY = {"UPGRADING", "ROLLING_BACK"}
-_JOB_ERROR = {"FAILED", "FAILING", "RESTARTING"}
-
-
-@dataclass(frozen=True)
-class Suspension:
-    """What the operator's status says of a suspend we asked for."""
-
-    done: bool
-    savepoint: str | None  # the restore point, once done
-    problem: str | None = None  # done without a usable savepoint: blocked, with this reason
-
-
-def takeover_refusal(deployment: Mapping[str, Any], durable: Callable[[str], str | None]) -> str | None:
-    """Why the FlinkDeployment must not be taken over now (None: it may). `durable(uri)` is the runtime's
-    check of a storage location: None when it outlives the pods, else why not."""
-    name = _name(deployment)
-    status = deployment.get("status") if isinstance(deployment.get("status"), Mapping) else {}
-    assert isinstance(status, Mapping)
-    recon = status.get("reconciliationStatus") if isinstance(status.get("reconciliationStatus"), Mapping) else {}
-    assert isinstance(recon, Mapping)
-    job_status = status.get("jobStatus") if isinstance(status.get("jobStatus"), Mapping) else {}
-    assert isinstance(job_status, Mapping)
-    state = str(recon.get("state") or "")
-    if state in _BUSY:
-        return (f"FlinkDeployment {name} is mid-upgrade (reconciliationStatus.state {state}): wait until the "
-                "operator has finished, then plan again")
-    if status.get("error"):
-        return (f"FlinkDeployment {name} is in error ({str(status['error'])[:200]}): fix it under the operator "
-                "first; a takeover needs a savepoint the operator can take")
-    job_state = str(job_status.get("state") or "")
-    if job_state in _JOB_ERROR:
-        return f"FlinkDeployment {name}'s job is {job_state}: a takeover needs a running job that can take a savepoint"
-    spec = deployment.get("spec") if isinstance(deployment.get("spec"), Mapping) else {}
-    assert isinstance(spec, Mapping)
-    try:
-        conf = {k: v for k, (v, _) in flatten_configuration(spec.get("flinkConfiguration")).items()}
-    except UnimportableError as e:
-        return f"FlinkDeployment {name}: {e}"
-    old = [k for k, new in RENAMED_KEYS.items() if SAVEPOINT_DIR in new]
-    directory = conf.get(SAVEPOINT_DIR) or next((conf[k] for k in old if conf.get(k)), None)
-    if not directory:
-        return (f"FlinkDeployment {name} has no savepoint directory (execution.checkpointing.savepoint-dir): the "
-                "operator could not take the savepoint the takeover starts from")
-    why = durable(directory)
-    if why:
-        return f"FlinkDeployment {name}'s savepoint directory {directory!r} is not durable storage: {why}"
-    return None
-
-
-def suspension(deployment: Mapping[str, Any]) -> Suspension:
-    """Read the operator's status after we set spec.job.state: suspended with upgradeMode savepoint."""
-    status = deployment.get("status") if isinstance(deployment.get("status"), Mapping) else {}
-    assert isinstance(status, Mapping)
-    job_status = status.get("jobStatus") if isinstance(status.get("jobStatus"), Mapping) else {}
-    assert isinstance(job_status, Mapping)
-    if str(status.get("lifecycleState") or "") != "SUSPENDED":
-        if status.get("error"):
-            return Suspension(True, None, f"the operator reported an error while suspending: "
-                                          f"{str(status['error'])[:200]}; the job is left to the operator")
-        return Suspension(False, None)
-    path = job_status.get("upgradeSavepointPath")
-    if not path:
-        return Suspension(True, None, "the operator suspended the job without a savepoint path in "
-                                      "status.jobStatus.upgradeSavepointPath: restore by hand (never from empty)")
-    return Suspension(True, str(path))
-
-
-def _name(deployment: Mapping[str, Any]) -> str:
-    meta = deployment.get("metadata") if isinstance(deployment.get("metadata"), Mapping) else {}
-    assert isinstance(meta, Mapping)
-    return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
-
-
-def operator_view(deployment: Mapping[str, Any], durable: Callable[[str], str | None]) -> OperatorDeployment:
-    """What the planner needs of an observed FlinkDeployment."""
-    meta = _mapping(deployment.get("metadata"))
-    job = _mapping(_mapping(deployment.get("spec")).get("job"))
-    status = _mapping(deployment.get("status"))
-    return OperatorDeployment(
-        namespace=str(meta.get("namespace") or "default"), name=str(meta.get("name") or "?"),
-        job_state=str(job["state"]) if job.get("state") else None,
-        upgrade_mode=str(job["upgradeMode"]) if job.get("upgradeMode") else None,
-        lifecycle=str(status["lifecycleState"]) if status.get("lifecycleState") else None,
-        refusal=takeover_refusal(deployment, durable),
-    )
-
-
-def wanted_deployment(app_name: str, namespace: str, takeover_from: str | None) -> tuple[str, str]:
-    """(namespace, name) of the FlinkDeployment an app would take over: spec.takeover's, else its own name."""
-    return namespace, (takeover_from.partition("/")[2] if takeover_from else app_name)
 
 
 def plan_takeover(ctx: Ctx) -> AppPlan | None:
@@ -139,16 +43,19 @@ def plan_takeover(ctx: Ctx) -> AppPlan | None:
         if takeover is not None and not known:
             return ctx.app_plan(Action.BLOCKED, (
                 f"spec.takeover names FlinkDeployment/{takeover.name}, but there is none in namespace {ns}: nothing "
-                "to take over. If it was already removed, set spec.job.initialSavepointPath to its last savepoint "
-                "and remove spec.takeover; the app is not started from empty state meanwhile"))
+                "to take over, and the app is not started from empty state. If it runs in another namespace, set "
+                "metadata.namespace to that one. If it was removed, set spec.job.initialSavepointPath to the "
+                "savepoint it stopped with (the newest complete one in its savepoint directory) and remove "
+                "spec.takeover"))
         return None
     if op.unreadable is not None:
         if takeover is None:
             return None
-        return ctx.app_plan(Action.BLOCKED, f"spec.takeover: FlinkDeployments in namespace {ns} cannot be read "
-                                            f"({op.unreadable}); the takeover waits until they can (on Kubernetes "
-                                            "the reconciler needs get, list, patch and delete on "
-                                            "flinkdeployments.flink.apache.org)")
+        return ctx.app_plan(Action.BLOCKED, (
+            f"spec.takeover: FlinkDeployments in namespace {ns} cannot be read ({op.unreadable}), so whether the "
+            "operator still runs this job is unknown; nothing is started meanwhile. Grant the reconciler get, list, "
+            "patch and delete on flinkdeployments.flink.apache.org (on Kubernetes), or, if the FlinkDeployment is "
+            "gone, set spec.job.initialSavepointPath to the savepoint it stopped with and remove spec.takeover"))
     if ctx.previous is not None:
         if takeover is None:
             return None
@@ -158,18 +65,26 @@ def plan_takeover(ctx: Ctx) -> AppPlan | None:
             "FlinkDeployment under the operator if it is a leftover"))
     if op.refusal is not None:
         return ctx.app_plan(Action.BLOCKED, f"takeover refused: {op.refusal}")
+    if op.not_suspendable is not None:
+        initial = ctx.desired.spec.job.initial_savepoint_path
+        if initial and (op.job_state == "suspended" or op.lifecycle == "SUSPENDED"):
+            return _takeover(ctx, op, initial)
+        return ctx.app_plan(Action.BLOCKED, f"takeover refused: {op.not_suspendable}")
     return _takeover(ctx, op)
 
 
-def _takeover(ctx: Ctx, op: OperatorDeployment) -> AppPlan:
+def _takeover(ctx: Ctx, op: OperatorDeployment, suspended_from: str | None = None) -> AppPlan:
     sp, _, _ = step_deadlines(ctx)
     delete = seconds(ctx.desired.spec.deadlines.delete)
     where = f"FlinkDeployment {op.namespace}/{op.name}"
+    if suspended_from is not None:
+        return _take_suspended(ctx, op, where, suspended_from, delete)
     steps: list[Step] = [SuspendOperatorDeployment(namespace=op.namespace, name=op.name, deadline_s=sp),
                          DeleteOperatorDeployment(namespace=op.namespace, name=op.name, deadline_s=delete)]
     risks = [f"TAKES OVER {where} from the Flink Kubernetes Operator: the operator stops its job with a savepoint, "
-             "the job is down until it runs here, and the FlinkDeployment is deleted (remove it from the "
-             "operator's own source, e.g. Argo CD, or the operator re-creates it)"]
+             "the job is down until it runs here, and the FlinkDeployment is deleted. Never delete it first, nor "
+             "let Argo CD / Flux prune it (the operator would cancel the job without a savepoint); remove it from "
+             "that source after the takeover, or it is re-created"]
     release = ReleaseOperatorDeployment(namespace=op.namespace, name=op.name, state=op.job_state or "running",
                                         upgrade_mode=op.upgrade_mode, deadline_s=delete)
     if ctx.desired.spec.job.state is not JobState.RUNNING:
@@ -184,5 +99,18 @@ def _takeover(ctx: Ctx, op: OperatorDeployment) -> AppPlan:
                         abort=(release,))
 
 
-def _mapping(v: Any) -> Mapping[str, Any]:
-    return v if isinstance(v, Mapping) else {}
+def _take_suspended(ctx: Ctx, op: OperatorDeployment, where: str, path: str, delete: float) -> AppPlan:
+    """A FlinkDeployment suspended before the takeover, whose savepoint the spec names: nothing is asked of the
+    operator (no job of it runs); it is deleted, and the job starts here from that savepoint."""
+    steps: list[Step] = [DeleteOperatorDeployment(namespace=op.namespace, name=op.name, deadline_s=delete)]
+    risks = [f"TAKES OVER {where}, suspended under the Flink Kubernetes Operator: it is deleted (with its HA "
+             f"metadata) and the job starts here from spec.job.initialSavepointPath {path}, the savepoint you named; "
+             "a newer one in its savepoint directory would be skipped"]
+    if ctx.desired.spec.job.state is not JobState.RUNNING:
+        return ctx.app_plan(Action.TAKEOVER, f"take over {where} (suspended): delete it and keep the app suspended "
+                                             "here (spec.job.state: suspended)", risks=tuple(risks), steps=tuple(steps))
+    restore = Restore(kind=RestoreKind.PATH, path=path)
+    steps += ctx_start_steps(ctx, restore, ctx.job_id)
+    return ctx.app_plan(Action.TAKEOVER, f"take over {where} (suspended): delete it, then the job starts here from "
+                                         f"{path}", risks=tuple(risks), steps=tuple(steps), rollback_after=0,
+                        rollback=tuple(ctx_start_steps(ctx, restore, ctx.rollback_job_id)))

@@ -35,7 +35,8 @@ from reconciler.daemon.webhooks import WebhookEvent, WebhookSecrets
 from reconciler.errors import ReconcilerError
 from reconciler.logs import mask_secrets, utc_timestamp
 from reconciler.memory import release_memory
-from reconciler.settings import Settings, redact_url
+from reconciler.redaction import redact_url
+from reconciler.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from reconciler.core.observed import (
     OperatorDeployment,
     job_phase,
 )
-from reconciler.core.takeover import operator_view, wanted_deployment
 from reconciler.errors import ReconcilerError
 from reconciler.live.ports import ClusterInfo, FlinkApi, JobSummary, OperatorTakeover, RestartCount, Runtime
+from reconciler.operator_migration.status import operator_view, wanted_deployment
 from reconciler.spec.model import FlinkApp
 
 _TERMINAL = {"CANCELED", "FINISHED", "FAILED", "SUSPENDED"}
@@ -146,8 +146,8 @@ def observe(runtime: Runtime | None, names: Iterable[str]) -> LiveState:
 
 def with_operator_deployments(runtime: object, live: LiveState, apps: Mapping[str, FlinkApp],
                               known: Collection[str]) -> LiveState:
-    """Add the Flink Kubernetes Operator's FlinkDeployment each app would take over (core.takeover): for apps
-    without a record (first sight) or whose spec.takeover names one, with one list per watched namespace, and
+    """Add the Flink Kubernetes Operator's FlinkDeployment each app would take over (operator_migration): for
+    apps without a record (first sight) or whose spec.takeover names one, with one list per watched namespace, and
     only when there are such apps (a steady state costs no request). Unreadable is said, never "none"."""
     wanted = {n: wanted_deployment(n, a.metadata.namespace, a.spec.takeover.from_ if a.spec.takeover else None)
               for n, a in apps.items() if n not in known or a.spec.takeover is not None}

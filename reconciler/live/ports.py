@@ -228,18 +228,25 @@ class OperatorTakeover(Protocol):
         """One FlinkDeployment, None when there is none."""
         ...
 
-    def suspend_flink_deployment(self, namespace: str, name: str) -> None:
-        """Ask the operator to stop the job with a savepoint (spec.job.state: suspended, upgradeMode: savepoint).
+    def suspend_flink_deployment(self, namespace: str, name: str, *, patch: dict[str, Any]) -> None:
+        """Merge-patch `patch` (operator_migration.status.suspend_patch: a stop with a savepoint, never without).
         Idempotent. PermanentStepError when there is no such FlinkDeployment."""
         ...
 
-    def release_flink_deployment(self, namespace: str, name: str, *, state: str, upgrade_mode: str | None) -> None:
-        """Set spec.job.state (and upgradeMode, unless None) back; nothing to do when it is gone."""
+    def release_flink_deployment(self, namespace: str, name: str, *, patch: dict[str, Any]) -> None:
+        """Merge-patch `patch` (release_patch: the fields the suspend set, as they were); nothing to do when it is
+        gone."""
+        ...
+
+    def savepoint_on_storage(self, uri: str) -> bool | None:
+        """Whether the savepoint at `uri` has its `_metadata` on storage: True / False, None when this runtime
+        cannot look there."""
         ...
 
     def delete_flink_deployment(self, namespace: str, name: str, *, deadline: float) -> None:
-        """Delete it and wait until it, its pods and its Services are gone (DeadlineExceededError naming what is
-        left). Nothing to do when it is gone."""
+        """Delete it and wait until it, its pods, Deployments, Services and ConfigMaps (HA metadata included;
+        native or standalone mode) are gone (DeadlineExceededError naming what is left). Nothing to do when it is
+        gone."""
         ...
 
     def savepoint_storage_problem(self, deployment: dict[str, Any], uri: str) -> str | None:

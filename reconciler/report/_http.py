@@ -14,6 +14,7 @@ import httpx
 
 from reconciler.clock import Clock
 from reconciler.errors import ReportError, TransientReportError
+from reconciler.redaction import redact_urls
 
 USER_AGENT = "flink-reconciler"
 SECONDARY_RATE_LIMIT_WAIT = 60.0  # GitHub: "otherwise, wait for at least one minute"
@@ -122,4 +123,4 @@ def _redact(text: str, secrets: Sequence[str]) -> str:
     for s in secrets:
         if s:
             text = text.replace(s, "***")
-    return text
+    return redact_urls(text)

@@ -17,15 +17,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from reconciler.errors import ReportError, SourceAuthError, SourceError, TransientReportError
+from reconciler.redaction import redact_urls
 from reconciler.report.status import LINEAGE_PREFIX, CommitStatus, one_line
 from reconciler.source.git import NOTES_REF, GitSource
 
 
 def note_line(status: CommitStatus) -> str:
+    """The app's line of the note; a note is pushed to origin, so URL credentials in a message are masked."""
     line = f"{status.context}: {status.state.value} - {status.one_line_description()}"
     if status.target_url:
         line += f" ({one_line(status.target_url)})"
-    return line
+    return redact_urls(line)
 
 
 def shard_notes_ref(index: int, ref: str = NOTES_REF) -> str:
@@ -58,7 +60,8 @@ class GitNotesSink:
             lines = by_ref.setdefault(ref, {}).setdefault(status.revision, {})
             lines[status.context] = note_line(status)
             if status.has_lineage:
-                lines[LINEAGE_PREFIX + status.app] = f"{LINEAGE_PREFIX}{status.app}: {status.lineage_json()}"
+                lineage = f"{LINEAGE_PREFIX}{status.app}: {status.lineage_json()}"
+                lines[LINEAGE_PREFIX + status.app] = redact_urls(lineage)
         try:
             for ref, by_revision in by_ref.items():
                 for revision, lines in by_revision.items():

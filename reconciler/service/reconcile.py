@@ -42,13 +42,13 @@ from reconciler.live.artifacts import resolve_jar
 from reconciler.live.observe import observe, with_operator_deployments
 from reconciler.live.ports import Runtime, StandbyCapacity, StandbyRuntime
 from reconciler.logs import log_context
+from reconciler.redaction import redact_url
 from reconciler.report.reporter import Reporter
 from reconciler.report.status import LINEAGE_PREFIX, CommitStatus
 from reconciler.service import sessions
 from reconciler.service.health import pass_facts
 from reconciler.service.ports import APP_STATES, AppHealth, AutoscaleHook, PassMetrics
 from reconciler.service.sharding import Shard, shard_view
-from reconciler.settings import redact_url
 from reconciler.source.git import GitSource
 from reconciler.source.specs import spec_paths
 from reconciler.spec.load import SPEC_SUFFIXES, LoadResult, load_files

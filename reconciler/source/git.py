@@ -37,9 +37,9 @@ import git
 from pydantic import SecretStr
 
 from reconciler.errors import SourceAuthError, SourceError, SourceMovedError, SourceUnreachableError
+from reconciler.redaction import redact_url, redact_urls
 from reconciler.source.git_text import (
     SCP_LIKE,
-    URL_USERINFO,
     blob_sha,
     cache_key,
     is_sha,
@@ -49,7 +49,6 @@ from reconciler.source.git_text import (
     norm_subdir,
     normalize_url,
     not_a_file,
-    redact_url,
     split_credentials,
 )
 from reconciler.spec.load import Unreadable
@@ -194,7 +193,7 @@ class GitSource:
     @property
     def url(self) -> str:
         """The origin URL without any credentials in it: safe to log and to show."""
-        return self._url
+        return redact_url(self._url)
 
     def __repr__(self) -> str:
         return f"GitSource(url={self._url!r}, branch={self.branch!r}, cache_dir={str(self.cache_dir)!r})"
@@ -684,7 +683,7 @@ class GitSource:
         for secret in self._secrets:
             if secret:
                 text = text.replace(secret, "***")
-        return URL_USERINFO.sub(r"\1***@", text)
+        return redact_urls(text)
 
     # ---------------------------------------------------------------- writing a commit (rollback --write-commit)
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
-URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.IGNORECASE)
 _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 
@@ -128,7 +127,3 @@ def blob_sha(data: bytes) -> str:
     """Git's blob id of `data` (what `git hash-object` prints), to key caches by content."""
     return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
 
-
-def redact_url(url: str) -> str:
-    """A URL fit for logs: credentials removed."""
-    return URL_USERINFO.sub(r"\1***@", url)

@@ -20,7 +20,7 @@ from reconciler.clock import Clock
 from reconciler.core import render
 from reconciler.core.diff import diff, pointer_tokens
 from reconciler.core.observed import AppRecord, LiveApp, Records
-from reconciler.core.plan import FieldChange, Plan
+from reconciler.core.plan import Action, FieldChange, Plan
 from reconciler.core.planner import Policy, offline_input, plan
 from reconciler.errors import ReconcilerError
 from reconciler.live.observe import observe
@@ -50,6 +50,7 @@ ROWS_TTL_S = 1.0  # the overview's rows are at most this old (plus one rebuild) 
 RuntimesByShard = Callable[[], Sequence[tuple[Runtime, Callable[[str], bool]]]]
 LIVE_TTL_S = 2.0  # a page refreshed every second asks the runtime at most this often per app
 FINAL_ACTIONS = frozenset({"delete", "suspend"})
+PLAN_WAIT_S = 2.0  # /plan waits this long for the plan, then answers "computing" and refreshes
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ class ReadSide:
         self._subjects: dict[str, str | None] = {}
         self._plan: tuple[str, Plan | None, str | None] | None = None
         self._plan_lock = threading.Lock()
+        self._plan_job: tuple[str, threading.Event] | None = None  # the plan being computed: (tip, done)
 
     # ---- the data -----------------------------------------------------------------------------------
 
@@ -229,7 +231,27 @@ class ReadSide:
     def commit_url(self, sha: str | None) -> str | None:
         return commit_url(self.repo_url, sha)
 
+    def _known(self, name: str) -> bool:
+        """Whether `name` can have a row, without building every row: a name in the branch tip's specs (or
+        its errors), the last rows, or any journal. So a page for a missing app costs a few lookups (a link
+        to a gone app, a scanner), not a rebuild of every row."""
+        tip = self.tip()
+        if tip is not None and (name in tip.loaded.apps or any(e.app == name for e in tip.loaded.errors)):
+            return True
+        snap = self._snapshot
+        if snap is not None and any(r.name == name for r in snap[2]):
+            return True
+        for j in self._journals():
+            try:
+                if j.record(name) is not None or j.inflight(name) is not None or j.history(name):
+                    return True
+            except ReconcilerError:  # an unreadable record: its row says so
+                return True
+        return False
+
     def app(self, name: str) -> AppDetail | None:
+        if not self._known(name):
+            return None
         rows, tip = self.rows(fresh=True)
         row = next((r for r in rows if r.name == name), None)
         if row is None:
@@ -275,30 +297,53 @@ class ReadSide:
                 return j
         return journals[0] if journals else None
 
-    def plan(self) -> tuple[Tip | None, Plan | None, str | None]:
+    def plan(self, wait_s: float = PLAN_WAIT_S) -> tuple[Tip | None, Plan | None, str | None]:
         """The offline plan of the branch tip against its parent, as `flink-reconciler plan --repo R` makes
-        it (cached per tip): (tip, plan, why there is none)."""
+        it (cached per tip): (tip, plan, why there is none). It is computed in the background: a plan of
+        10,000 apps takes longer than a request may, so after `wait_s` this answers (tip, None, None), the
+        page says so and refreshes until it is there."""
         tip = self.tip()
         if tip is None or self.source is None:
             return tip, None, "no repository here: the plan needs the branch (give --repo)"
         with self._plan_lock:
             if self._plan is not None and self._plan[0] == tip.revision:
                 return tip, self._plan[1], self._plan[2]
+            job = self._plan_job
+            if job is None or job[0] != tip.revision:
+                job = (tip.revision, threading.Event())
+                self._plan_job = job
+                threading.Thread(target=self._compute_plan, args=(tip, job[1]), name="ui-plan", daemon=True).start()
+        if job[1].wait(wait_s):
+            with self._plan_lock:
+                if self._plan is not None and self._plan[0] == tip.revision:
+                    return tip, self._plan[1], self._plan[2]
+        return tip, None, None
+
+    def _compute_plan(self, tip: Tip, done: threading.Event) -> None:
+        assert self.source is not None
+        result: Plan | None = None
+        why: str | None = "the plan could not be computed"
+        try:
             try:
-                try:
-                    parent: str | None = self.source.resolve(tip.revision + "~1")
-                except ReconcilerError:
-                    parent = None
-                base = load_at(self.source, parent, self.subdir, policy=SpecPolicy.PERMISSIVE) if parent \
-                    else LoadResult()
-                result: Plan | None = plan(offline_input(base, tip.loaded, base_revision=parent or "0" * 40,
-                                                         revision=tip.revision, now=self.clock.now(),
-                                                         policy=self.policy))
-                why = None
-            except ReconcilerError as e:
-                result, why = None, f"the plan could not be computed: {redact(str(e))}"
-            self._plan = (tip.revision, result, why)
-            return tip, result, why
+                parent: str | None = self.source.resolve(tip.revision + "~1")
+            except ReconcilerError:
+                parent = None
+            base = load_at(self.source, parent, self.subdir, policy=SpecPolicy.PERMISSIVE) if parent \
+                else LoadResult()
+            result = plan(offline_input(base, tip.loaded, base_revision=parent or "0" * 40, revision=tip.revision,
+                                        now=self.clock.now(), policy=self.policy))
+            why = None
+        except ReconcilerError as e:
+            why = f"the plan could not be computed: {redact(str(e))}"
+        except Exception as e:  # a bug must not leave the page waiting forever
+            log.exception("dashboard: computing the plan failed")
+            why = f"the plan could not be computed: {type(e).__name__}: {redact(str(e))}"
+        finally:
+            with self._plan_lock:
+                if self._plan_job is not None and self._plan_job[1] is done:
+                    self._plan = (tip.revision, result, why)
+                    self._plan_job = None
+            done.set()
 
 
 def _same_tip(a: Tip | None, b: Tip | None) -> bool:
@@ -319,7 +364,49 @@ def _redacted(c: FieldChange) -> FieldChange:
     return c.model_copy(update={"old": redact_config(c.old, key), "new": redact_config(c.new, key)})
 
 
-def plan_text(p: Plan) -> str:
-    """`plan`'s text rendering with secret-looking values masked (the diff carries spec values)."""
-    apps = tuple(a.model_copy(update={"diff": tuple(_redacted(c) for c in a.diff)}) for a in p.apps)
-    return redact(render.to_text(p.model_copy(update={"apps": apps}), color=False))
+PLAN_PER_PAGE = 100  # apps per page of /plan: 10,000 apps' plan is a hundred pages, not one of megabytes
+
+
+@dataclass(frozen=True)
+class PlanBlock:
+    """One app's (or session cluster's) part of the plan: its head line and the lines under it."""
+
+    name: str
+    action: str
+    head: str
+    lines: tuple[str, ...]
+
+    @property
+    def changes(self) -> bool:
+        """Shown open on the page; an unchanged app's block starts closed."""
+        return self.action != Action.NOOP.value
+
+
+@dataclass(frozen=True)
+class PlanPage:
+    head: tuple[str, ...]  # header, summary, guard
+    blocks: tuple[PlanBlock, ...]  # this page's apps, in `plan`'s order; the session clusters on the last page
+    apps: int
+    page: int
+    pages: int
+    first: int  # 1-based number of this page's first app
+    last: int  # and of its last
+
+
+def plan_page(p: Plan, page: int, per_page: int = PLAN_PER_PAGE) -> PlanPage:
+    """One page of `plan`'s text (`render.to_text`), app by app, secret-looking values in diffs masked."""
+    apps = render.sorted_apps(p)
+    per = max(1, per_page)
+    pages = max(1, -(-len(apps) // per))
+    page = min(max(1, page), pages)
+    blocks = []
+    for a in apps[(page - 1) * per: page * per]:
+        head, *lines = render.app_lines(a.model_copy(update={"diff": tuple(_redacted(c) for c in a.diff)}))
+        blocks.append(PlanBlock(a.app, a.action.value, head, tuple(lines)))
+    if page == pages:
+        for c in render.sorted_clusters(p):
+            head, *lines = render.cluster_lines(c)
+            blocks.append(PlanBlock(c.cluster, c.action.value, head, tuple(lines)))
+    return PlanPage(tuple(render.head_lines(p)), tuple(blocks), len(apps), page, pages, (page - 1) * per + 1,
+                    min(page * per, len(apps)))
+

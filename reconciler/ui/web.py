@@ -3,8 +3,10 @@ that carries them (the daemon's, or the one `flink-reconciler ui` starts: both a
 
 Every page is rendered by Jinja2 with autoescaping on, and every value printed goes through the log
 redaction first (`finalize`), so an app name, a commit message or a Flink error is text, never markup, and
-a token that reached a message is `***`. Scripts and styles are files of this package only (the CSP allows
-nothing else); there are no inline scripts, styles or event handlers.
+a token that reached a message is `***`; control characters (a bidi override in a commit subject) are shown
+as `<U+202E>`, and long text is cut where a line is meant and shown whole once per page (ui/text.py).
+Scripts and styles are files of this package only (the CSP allows nothing else); there are no inline
+scripts, styles or event handlers.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlencode
+from urllib.parse import parse_qs, quote, unquote, urlencode
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
@@ -30,8 +32,10 @@ from reconciler import __version__
 from reconciler.alerting.alerter import ActiveAlert
 from reconciler.errors import ConfigError
 from reconciler.logs import mask_secrets, redact
+from reconciler.redaction import redact_url
 from reconciler.ui.model import SORTS, STATE, STATES, Query
-from reconciler.ui.read import ReadSide, plan_text
+from reconciler.ui.read import ReadSide, plan_page
+from reconciler.ui.text import LongText, clip, plain, shown
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +52,9 @@ STATIC = {"ui.css": "text/css; charset=utf-8", "ui.js": "text/javascript; charse
           "favicon.svg": "image/svg+xml"}
 PER_PAGE = 100
 REFRESH_MS_SMALL, REFRESH_MS_LARGE = 1000, 5000  # the page's polling; over 2,000 apps, less often
-_APP_PATH = re.compile(r"/apps/([^/]{1,253})\Z")
+# An app's page. The name may hold a '/' (a row named after a spec file whose app name is invalid), sent as
+# %2F or, by a client or server that decodes it, as a second segment.
+_APP_PATH = re.compile(r"/apps/(.{1,1000})\Z", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -112,11 +118,12 @@ class UiAuth:
 
 
 def _finalize(value: Any) -> Any:
-    """Every `{{ value }}`: None prints nothing, text is redacted (autoescaping comes after)."""
+    """Every `{{ value }}`: None prints nothing, text is redacted and its control characters spelled out
+    (autoescaping comes after); the `shown` filter does the same with markup, for element content."""
     if value is None:
         return ""
     if isinstance(value, str) and not isinstance(value, Markup):
-        return redact(value)
+        return plain(value)
     return value
 
 
@@ -130,7 +137,8 @@ class Dashboard:
         self.env = Environment(loader=PackageLoader("reconciler.ui", "templates"), autoescape=True,
                                finalize=_finalize, undefined=StrictUndefined, trim_blocks=True,
                                lstrip_blocks=True)
-        self.env.filters.update(short=_short, ago=self._ago, ts=_ts, duration=_duration)
+        self.env.filters.update(short=_short, ago=self._ago, ts=_ts, duration=_duration, shown=shown, clip=clip,
+                                segment=_segment)
         self.env.globals.update(STATES=STATES, STATE=STATE, version=__version__, title=title,
                                 subject=read.subject, commit_url=read.commit_url, SORTS=SORTS)
         self._static = {name: resources.files("reconciler.ui").joinpath("static", name).read_bytes()
@@ -157,7 +165,7 @@ class Dashboard:
         if path == "/":
             return self.overview(args)
         if path == "/plan":
-            return self.plan()
+            return self.plan(args)
         m = _APP_PATH.match(path)
         if m:
             return self.app(unquote(m.group(1)))
@@ -190,11 +198,17 @@ class Dashboard:
         return self._page(HTTPStatus.OK, "app.html", d=detail, row=detail.row, tip=self.read.tip(),
                           refresh=REFRESH_MS_SMALL)
 
-    def plan(self) -> Answer:
+    def plan(self, args: Mapping[str, str] | None = None) -> Answer:
+        """The branch tip's plan, PLAN_PER_PAGE apps a page (`?page=N`), each app's block collapsible."""
         tip, the_plan, why = self.read.plan()
-        lines = [(_plan_line_class(ln), ln) for ln in plan_text(the_plan).splitlines()] if the_plan else []
-        return self._page(HTTPStatus.OK, "plan.html", tip=tip, lines=lines, why=why,
-                          has_changes=the_plan.has_changes if the_plan else False, refresh=0)
+        pp = plan_page(the_plan, _int((args or {}).get("page"), 1)) if the_plan else None
+        head = [(_plan_line_class(ln), ln) for ln in pp.head] if pp else []
+        blocks = [(b, _plan_line_class(b.head), [(_plan_line_class(ln), ln) for ln in b.lines])
+                  for b in pp.blocks] if pp else []
+        computing = the_plan is None and why is None  # in the background: the page refreshes until it is there
+        return self._page(HTTPStatus.OK, "plan.html", tip=tip, head=head, blocks=blocks, pp=pp, why=why,
+                          computing=computing, has_changes=the_plan.has_changes if the_plan else False,
+                          refresh=REFRESH_MS_SMALL if computing else 0)
 
     def _page(self, status: HTTPStatus, template: str, **ctx: Any) -> Answer:
         ctx.setdefault("tip", None)
@@ -202,7 +216,8 @@ class Dashboard:
         ctx.setdefault("nav", {"overview.html": "apps", "plan.html": "plan"}.get(template, ""))
         ctx.setdefault("alerts", list(self.alerts()) if self.alerts is not None else [])
         html = self.env.get_template(template).render(now=self.read.clock.now(), mode=self.read.mode,
-                                                      repo=redact(self.read.repo_url or ""), **ctx)
+                                                      repo=redact(redact_url(self.read.repo_url or "")),
+                                                      long=LongText(), **ctx)
         return Answer(status, html.encode("utf-8"), "text/html; charset=utf-8", SECURITY_HEADERS)
 
     def _ago(self, when: datetime | None) -> str:
@@ -231,6 +246,12 @@ def _int(raw: str | None, default: int) -> int:
         return max(1, int(raw or default))
     except ValueError:
         return default
+
+
+def _segment(name: str) -> str:
+    """`name` as one path segment of a link: a row named after its file (`apps/x.yaml`) keeps its `/` inside
+    the segment (`/apps/apps%2Fx.yaml`)."""
+    return quote(name, safe="")
 
 
 def _short(sha: str | None) -> str:

@@ -74,7 +74,8 @@ def test_a_durable_deployment_imports_validates_and_is_commented(tmp_path: Path)
 
 
 def test_examples_directory_report_and_exit_code(tmp_path: Path) -> None:
-    code, out, _ = run("import", str(EXAMPLES), "--out", str(tmp_path / "apps"), "--output", "json")
+    code, out, _ = run("import", "--namespace", "flink", str(EXAMPLES), "--out", str(tmp_path / "apps"),
+                       "--output", "json")
     assert code == 1
     report = json.loads(out)
     by_name = {d["name"]: d for d in report["documents"]}
@@ -201,14 +202,14 @@ def test_session_cluster_and_jobs_import_into_a_repository_that_validates(tmp_pa
     repo = git_repo(tmp_path / "repo")
     src = tmp_path / "basic-session-deployment-and-job.yaml"
     shutil.copy(EXAMPLES / src.name, src)
-    code, out, err = run("import", str(src), "--out", str(repo / "apps"))
+    code, out, err = run("import", "--namespace", "flink", str(src), "--out", str(repo / "apps"))
     assert code == 0, out + err
     assert f"{src}: FlinkDeployment basic-session-deployment-example: imported, runs the same -> " \
            f"{repo / 'apps' / 'basic-session-deployment-example.yaml'}" in out
     assert "3 of 3 document(s) imported to run the same" in out
     written = (repo / "apps" / "basic-session-deployment-example.yaml").read_text()
     assert written.startswith("# Imported by `flink-reconciler import` from FlinkDeployment "
-                              "default/basic-session-deployment-example (")
+                              "flink/basic-session-deployment-example (")
     assert "kind: FlinkSessionCluster" in written and "maxTaskManagers: 6 # from the running session jobs" in written
     job = (repo / "apps" / "basic-session-job-example2.yaml").read_text()
     assert "sessionCluster: basic-session-deployment-example  # from spec.deploymentName" in job
@@ -225,17 +226,19 @@ def test_session_job_only_with_and_without_its_cluster(tmp_path: Path) -> None:
     for name in ("basic-session-deployment-only.yaml", "basic-session-job-only.yaml"):
         shutil.copy(EXAMPLES / name, src / name)
     repo = git_repo(tmp_path / "repo")
-    code, out, err = run("import", str(src), "--out", str(repo / "apps"))  # a directory: both files together
+    # a directory: both files together
+    code, out, err = run("import", "--namespace", "flink", str(src), "--out", str(repo / "apps"))
     assert code == 0, out + err
     commit(repo)
     code, out, err = run("validate", "--runtime", "kubernetes", str(repo / "apps"))
     assert code == 0 and "ok: 1 valid app(s) and 1 session cluster(s) in 2 file(s)" in out, out + err
     # alone, the job names a cluster the run does not have: imported, reported, and validate agrees
     alone = git_repo(tmp_path / "alone")
-    code, out, err = run("import", str(src / "basic-session-job-only.yaml"), "--out", str(alone / "apps"))
+    code, out, err = run("import", "--namespace", "flink", str(src / "basic-session-job-only.yaml"), "--out",
+                         str(alone / "apps"))
     assert code == 1
     assert "IMPORTED, RUNS DIFFERENTLY" in out
-    assert "! spec.deploymentName: the session FlinkDeployment default/basic-session-deployment-only-example is " \
+    assert "! spec.deploymentName: the session FlinkDeployment flink/basic-session-deployment-only-example is " \
            "not among the imported documents" in out
     code, out, err = run("validate", "--runtime", "kubernetes", str(alone / "apps"))
     assert code == 1 and "which no FlinkSessionCluster in the repository defines" in err
@@ -247,7 +250,8 @@ def test_session_apps_are_checked_on_their_cluster(tmp_path: Path) -> None:
         .replace("jarURI: https://repo1.maven.org/maven2/org/apache/flink/flink-examples-streaming/2.2.0/"
                  "flink-examples-streaming-2.2.0.jar", "jarURI: local:///opt/flink/lib/mine.jar")
     (tmp_path / "s.yaml").write_text(text)
-    code, out, err = run("import", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "apps"), "--output", "json")
+    code, out, err = run("import", "--namespace", "flink", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "apps"),
+                         "--output", "json")
     assert code == 1, out + err
     docs = {d["name"]: d for d in json.loads(out)["documents"]}
     bad = docs["basic-session-job-example2"]
@@ -256,3 +260,34 @@ def test_session_apps_are_checked_on_their_cluster(tmp_path: Path) -> None:
     assert docs["basic-session-job-example"]["runsTheSame"]
     code, out, err = run("validate", "--runtime", "kubernetes", str(tmp_path / "apps"))
     assert code == 1 and "spec.job.jarURI" in err
+
+
+def test_out_naming_a_file_is_an_error_and_nothing_is_written(tmp_path: Path) -> None:
+    (tmp_path / "orders.yaml").write_text(DURABLE)
+    (tmp_path / "taken").write_text("mine")
+    code, _, err = run("import", str(tmp_path / "orders.yaml"), "--out", str(tmp_path / "taken"))
+    assert code == 1 and "error: --out" in err and "is not a directory" in err and "Traceback" not in err
+    assert (tmp_path / "taken").read_text() == "mine"
+
+
+def test_a_document_with_zero_slots_is_reported_and_the_others_are_imported(tmp_path: Path) -> None:
+    bad = DURABLE.replace("name: orders", "name: broken").replace('numberOfTaskSlots: "2"', 'numberOfTaskSlots: "0"')
+    assert "numberOfTaskSlots: \"0\"" in bad
+    (tmp_path / "two.yaml").write_text(bad + "---\n" + DURABLE)
+    code, out, err = run("import", str(tmp_path / "two.yaml"), "--out", str(tmp_path / "apps"))
+    assert code == 1, out + err
+    assert "FlinkDeployment broken: NOT IMPORTED" in out and "0 task slots" in out
+    assert "FlinkDeployment orders: imported, runs the same" in out
+    assert sorted(p.name for p in (tmp_path / "apps").iterdir()) == ["orders.yaml"]
+
+
+def test_a_missing_namespace_is_flagged_unless_given(tmp_path: Path) -> None:
+    src = tmp_path / "orders.yaml"
+    src.write_text(DURABLE.replace("  namespace: shop\n", ""))
+    assert "namespace" not in src.read_text().split("spec:")[0]
+    code, out, err = run("import", str(src))
+    assert code == 1 and "! metadata.namespace: not set" in err, err
+    code, out, err = run("import", "--namespace", "shop", str(src))
+    assert code == 0, err
+    assert "namespace: shop # from --namespace (the source names none)" in out.replace("  #", " #")
+    assert "from: FlinkDeployment/orders" in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,20 @@ def test_render_prints_manifests_and_names_apps_that_cannot_run_on_kubernetes(
     assert code == 1
     assert "error: apps/repo-jar.yaml: app repo-jar spec.job.jarURI" in err
     assert "name: ok-jobmanager" in out and "kind: Deployment" in out and "repo-jar" not in out
+
+
+def test_apply_dry_run_names_the_apps_it_would_change(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """`apply --dry-run` executes nothing: it says so and names each app its plan changes, as `plan` does."""
+    for k in [k for k in os.environ if k.startswith("FLINK_RECONCILER_")]:
+        monkeypatch.delenv(k)
+    r = Repo(tmp_path)
+    for name in ("orders", "clicks", "payments"):
+        r.write(f"apps/{name}.yaml", spec(name))
+    r.commit("three apps")
+    code, out, _ = run(capsys, "apply", "--repo", str(r.origin), "--path", "apps", "--state-dir",
+                       str(tmp_path / "state"), "--dry-run")
+    assert code == 0
+    assert "3 apps: 3 create\ndry run, nothing executed:\n" in out
+    for name in ("clicks", "orders", "payments"):
+        assert f"  + {name}: create  apps/{name}.yaml\n" in out

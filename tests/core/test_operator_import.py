@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from reconciler.core.operator_documents import import_document, import_documents
-from reconciler.core.operator_import import Imported, memory_bytes
+from reconciler.operator_migration.application import Imported, memory_bytes
+from reconciler.operator_migration.documents import import_document, import_documents
 from reconciler.spec.model import FlinkApp
 from reconciler.spec.session import FlinkSessionCluster
 
@@ -314,9 +314,12 @@ EXPECTED: dict[str, dict[str, tuple[bool, bool, set[str]]]] = {
 def test_operator_examples(name: str) -> None:
     text = (EXAMPLES / name).read_text()
     assert "Licensed to the Apache Software Foundation" in text
-    out = import_documents(yaml.safe_load_all(text))
+    out = import_documents(yaml.safe_load_all(text), namespace="flink")  # they name none: import --namespace
     got = {o.name: (o.app is not None, not o.changes_behaviour, fields(o, changing=True)) for o in out}
     assert got == EXPECTED[name]
+    # Without --namespace, each imported one is flagged: the file does not say where it runs.
+    bare = import_documents(yaml.safe_load_all(text))
+    assert all("metadata.namespace" in fields(o, changing=True) for o in bare if o.app is not None)
     for o in out:
         if o.app is not None:  # always a valid spec (runtime checks are the CLI's: test_import_cli)
             (FlinkSessionCluster if o.app["kind"] == "FlinkSessionCluster" else FlinkApp).model_validate(o.app)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.core.operator_documents import import_documents, import_groups
-from reconciler.core.operator_import import Imported
+from reconciler.operator_migration.application import Imported
+from reconciler.operator_migration.documents import import_documents, import_groups
 from reconciler.spec.model import FlinkApp
 from reconciler.spec.session import FlinkSessionCluster
 
@@ -206,7 +206,12 @@ def test_a_session_job_whose_cluster_is_missing_or_not_imported_says_so() -> Non
 def test_documents_without_a_namespace_meet_in_default() -> None:
     out = by_name(import_documents([session(ns=None), sjob("j", ns=None, parallelism=4)]))
     assert cluster(out["shared"]).spec.capacity.max_task_managers == 4
-    assert app(out["j"]).metadata.namespace == "default" and not out["j"].changes_behaviour
+    # written as default, and flagged: the file does not say where they run
+    assert app(out["j"]).metadata.namespace == "default"
+    assert [f.field for f in out["j"].findings if f.changes_behaviour] == ["metadata.namespace"]
+    named = by_name(import_documents([session(ns=None), sjob("j", ns=None, parallelism=4)], namespace="prod"))
+    assert cluster(named["shared"]).spec.capacity.max_task_managers == 4
+    assert app(named["j"]).metadata.namespace == "prod" and not named["j"].changes_behaviour
 
 
 def test_groups_are_linked_across_and_numbered_each() -> None:

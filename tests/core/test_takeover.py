@@ -23,7 +23,17 @@ from reconciler.core.plan import (
 )
 from reconciler.core.planner import PlanInput, plan
 from reconciler.core.render import to_text as render_text
-from reconciler.core.takeover import operator_view, suspension, takeover_refusal
+from reconciler.operator_migration.status import (
+    LAST_STATE_FALLBACK,
+    Before,
+    before_suspend,
+    operator_view,
+    release_patch,
+    suspend_patch,
+    suspend_refusal,
+    suspension,
+    takeover_refusal,
+)
 from tests.core.builders import REV, absent, app, inp, record, running
 
 
@@ -44,7 +54,6 @@ def fd(status: dict[str, Any] | None = None, conf: dict[str, Any] | None = None)
     (fd({"reconciliationStatus": {"state": "UPGRADING"}}), "mid-upgrade (reconciliationStatus.state UPGRADING)"),
     (fd({"reconciliationStatus": {"state": "ROLLING_BACK"}}), "mid-upgrade"),
     (fd({"error": "boom", "reconciliationStatus": {"state": "DEPLOYED"}}), "is in error (boom)"),
-    (fd({"jobStatus": {"state": "FAILED"}}), "job is FAILED"),
     (fd(conf={}), "has no savepoint directory"),
     (fd(conf={"state.savepoints.dir": "file:///tmp/sp"}), "'file:///tmp/sp' is not durable storage: a pod's own"),
     (fd(conf={"a": [{"b": 1}]}), "not a Flink option value"),
@@ -57,18 +66,90 @@ def test_refusals(deployment: dict[str, Any], reason: str | None) -> None:
         assert "shop/orders" in got or "default/?" in got
 
 
-@pytest.mark.parametrize(("status", "done", "savepoint", "problem"), [
-    ({"lifecycleState": "STABLE", "jobStatus": {"state": "RUNNING"}}, False, None, None),
-    ({"lifecycleState": "SUSPENDED", "jobStatus": {"upgradeSavepointPath": "s3://b/sp/savepoint-1"}},
-     True, "s3://b/sp/savepoint-1", None),
-    ({"lifecycleState": "SUSPENDED", "jobStatus": {}}, True, None, "without a savepoint path"),
-    ({"lifecycleState": "FAILED", "error": "savepoint timed out"}, True, None, "savepoint timed out"),
-    ({}, False, None, None),
+NEW = "s3://b/sp/savepoint-2"
+OLD = "s3://b/sp/savepoint-1"
+BEFORE = Before(paths=(OLD,), last_time=1000, job_state="running", upgrade_mode="last-state")
+
+
+def suspended(path: str | None, *, stamp: int | None = None, **extra: Any) -> dict[str, Any]:
+    job: dict[str, Any] = {"state": "FINISHED", **({"upgradeSavepointPath": path} if path else {})}
+    if stamp is not None:
+        job["savepointInfo"] = {"lastSavepoint": {"location": path, "timeStamp": stamp, "triggerType": "UPGRADE"}}
+    return {"lifecycleState": "SUSPENDED", "jobStatus": job, **extra}
+
+
+@pytest.mark.parametrize(("status", "on_storage", "done", "savepoint", "problem"), [
+    ({"lifecycleState": "STABLE", "jobStatus": {"state": "RUNNING"}}, None, False, None, None),
+    ({"lifecycleState": "SUSPENDED", "jobStatus": {"upgradeSavepointPath": NEW}}, None, True, NEW, None),
+    (suspended(NEW, stamp=2000), True, True, NEW, None),
+    ({"lifecycleState": "SUSPENDED", "jobStatus": {}}, None, True, None, "without a savepoint path"),
+    ({"lifecycleState": "FAILED", "error": "savepoint timed out"}, None, True, None, "savepoint timed out"),
+    ({}, None, False, None, None),
+    # what the operator leaves when it did not take a savepoint now (AbstractJobReconciler, SnapshotObserver)
+    (suspended("KUBERNETES_OPERATOR_LAST_STATE"), None, True, None, "last-state suspend"),
+    (suspended("s3://b/chk/0f1e/chk-42"), None, True, None, "from a checkpoint"),
+    (suspended("s3://b/chk/0f1e/chk-42/"), None, True, None, "from a checkpoint"),
+    (suspended(OLD), None, True, None, "a savepoint it named before this suspend"),
+    (suspended(NEW, stamp=1000), None, True, None, "not newer than the last one"),
+    (suspended(NEW, stamp=900), None, True, None, "not newer than the last one"),
+    (suspended(NEW), False, True, None, "no _metadata on storage"),
 ])
-def test_suspension(status: dict[str, Any], done: bool, savepoint: str | None, problem: str | None) -> None:
-    s = suspension({"status": status})
+def test_suspension(status: dict[str, Any], on_storage: bool | None, done: bool, savepoint: str | None,
+                    problem: str | None) -> None:
+    s = suspension({"status": status}, BEFORE, lambda _: on_storage)
     assert (s.done, s.savepoint) == (done, savepoint)
-    assert (s.problem is None) if problem is None else (s.problem is not None and problem in s.problem)
+    assert (s.problem is None) if problem is None else (s.problem is not None and problem in s.problem), s.problem
+    if s.problem and s.done:
+        assert "not deleted" in s.problem or "left to the operator" in s.problem
+
+
+def test_before_suspend_remembers_every_savepoint_field_and_every_patched_field() -> None:
+    doc = {"spec": {"job": {"state": "running"}, "flinkConfiguration": {LAST_STATE_FALLBACK: "true"}},
+           "status": {"jobStatus": {"upgradeSavepointPath": OLD, "savepointInfo": {
+               "lastSavepoint": {"location": "s3://b/sp/savepoint-0", "timeStamp": 1234},
+               "savepointHistory": [{"location": "s3://b/sp/savepoint-a"}, "junk"]}}}}
+    b = before_suspend(doc)
+    assert b == Before(paths=(OLD, "s3://b/sp/savepoint-0", "s3://b/sp/savepoint-a"), last_time=1234,
+                       job_state="running", upgrade_mode=None, fallback="true")
+    assert Before.from_json(b.to_json()) == b
+    assert before_suspend({"spec": "x", "status": {"jobStatus": {"savepointInfo": {"lastSavepoint": {
+        "timeStamp": True}}}}}) == Before()
+
+
+def test_the_patches_set_and_restore_the_same_fields() -> None:
+    sp = suspend_patch()
+    assert sp == {"spec": {"job": {"state": "suspended", "upgradeMode": "savepoint"},
+                           "flinkConfiguration": {LAST_STATE_FALLBACK: "false"}}}
+    # had none: null removes what we set (a merge patch); had one: it comes back
+    assert release_patch(Before(job_state="running")) == {"spec": {
+        "job": {"state": "running", "upgradeMode": None}, "flinkConfiguration": {LAST_STATE_FALLBACK: None}}}
+    back = release_patch(Before(job_state="running", upgrade_mode="stateless", fallback="true"))
+    assert back["spec"]["job"]["upgradeMode"] == "stateless" and back["spec"]["flinkConfiguration"] == {
+        LAST_STATE_FALLBACK: "true"}
+    # every field the suspend patch sets is one the release patch sets
+    assert sp["spec"]["job"].keys() == back["spec"]["job"].keys()
+    assert sp["spec"]["flinkConfiguration"].keys() == back["spec"]["flinkConfiguration"].keys()
+
+
+@pytest.mark.parametrize(("spec_state", "lifecycle", "job", "reason"), [
+    ("running", "STABLE", "RUNNING", None),
+    ("suspended", "SUSPENDED", "FINISHED", "already suspended"),
+    ("running", "SUSPENDED", "FINISHED", "already suspended"),
+    ("suspended", "STABLE", "RUNNING", "already suspended"),  # asked by someone else, not done yet
+    ("running", "DEPLOYED", "INITIALIZING", "job is INITIALIZING"),
+    ("running", "DEPLOYED", "RECONCILING", "job is RECONCILING"),
+    ("running", "STABLE", "FINISHED", "job is FINISHED"),
+    ("running", "STABLE", "FAILED", "job is FAILED"),
+    ("running", "STABLE", "RESTARTING", "job is RESTARTING"),
+    ("running", "CREATED", None, "job is not reported"),
+])
+def test_suspend_refusals(spec_state: str, lifecycle: str, job: str | None, reason: str | None) -> None:
+    doc = {"metadata": {"name": "orders", "namespace": "shop"}, "spec": {"job": {"state": spec_state}},
+           "status": {"lifecycleState": lifecycle, "jobStatus": {"state": job} if job else {}}}
+    got = suspend_refusal(doc)
+    assert (got is None) if reason is None else (got is not None and reason in got), got
+    if got:  # each says the way out
+        assert "initialSavepointPath" in got
 
 
 # ---- the plan ---------------------------------------------------------------------------------------------
@@ -81,6 +162,8 @@ TAKEOVER_STEPS = ("SuspendOperatorDeployment", "DeleteOperatorDeployment", "Ensu
 
 
 TAKEN = app(takeover={"from": "FlinkDeployment/orders"})
+SUSPENDED_OP = OP.model_copy(update={"job_state": "suspended", "lifecycle": "SUSPENDED",
+                                     "not_suspendable": "X is already suspended"})
 
 
 def operated(name: str = "orders", op: OperatorDeployment | None = OP, **kw: Any) -> LiveApp:
@@ -128,6 +211,21 @@ ROWS = [
     Row("already ours, a FlinkDeployment of its name and no spec.takeover: left alone", inp(
         [app()], previous=[app()], live=[running().model_copy(update={"operator": OP})], records=[record()]),
         Action.NOOP),
+    Row("its job is not RUNNING: refused, nothing asked of the operator", inp(
+        [app()], live=[operated(op=OP.model_copy(update={"not_suspendable": "X's job is INITIALIZING"}))]),
+        Action.BLOCKED, (), "takeover refused: X's job is INITIALIZING"),
+    Row("already suspended: refused (its savepoint may be stale or a placeholder)", inp(
+        [app()], live=[operated(op=SUSPENDED_OP)]), Action.BLOCKED, (), "takeover refused: X is already suspended"),
+    Row("already suspended, initialSavepointPath named: deleted, started from that savepoint", inp(
+        [app(job={"initialSavepointPath": "s3://b/sp/savepoint-9"})], live=[operated(op=SUSPENDED_OP)]),
+        Action.TAKEOVER, TAKEOVER_STEPS[1:-1], "starts here from s3://b/sp/savepoint-9"),
+    Row("already suspended, initialSavepointPath named, suspended in Git: deleted only", inp(
+        [app(job={"initialSavepointPath": "s3://b/sp/savepoint-9", "state": "suspended"})],
+        live=[operated(op=SUSPENDED_OP)]), Action.TAKEOVER, TAKEOVER_STEPS[1:2], "keep the app suspended"),
+    Row("not RUNNING (not suspended), initialSavepointPath named: still refused", inp(
+        [app(job={"initialSavepointPath": "s3://b/sp/savepoint-9"})],
+        live=[operated(op=OP.model_copy(update={"not_suspendable": "X's job is FINISHED"}))]),
+        Action.BLOCKED, (), "X's job is FINISHED"),
     Row("a takeover of this spec failed before: not retried in a loop", inp(
         [app()], live=[operated()],
         records=[record(last_outcome=Outcome.FAILURE, last_attempted_revision=REV,
@@ -160,7 +258,7 @@ def test_the_takeover_plan_in_detail() -> None:
     assert [(s.type, s.state, s.upgrade_mode) for s in ap.abort if isinstance(s, ReleaseOperatorDeployment)] == [
         ("ReleaseOperatorDeployment", "running", "last-state")]
     assert any(r.startswith("TAKES OVER FlinkDeployment default/orders") for r in ap.risks)
-    assert "savepoint" in describe_step(suspend) and "Services are gone" in describe_step(delete)
+    assert "never without one" in describe_step(suspend) and "HA metadata included" in describe_step(delete)
     assert AppPlan.model_validate_json(ap.model_dump_json()) == ap  # serializable like every plan
 
 
@@ -183,3 +281,15 @@ def test_operator_view_reads_what_the_plan_needs() -> None:
     assert (v.namespace, v.name, v.job_state, v.upgrade_mode, v.lifecycle, v.refusal) == (
         "shop", "orders", "running", "stateless", "STABLE", None)
     assert operator_view(fd(conf={}), durable).refusal is not None
+    assert v.not_suspendable is None
+    assert "job is FAILED" in str(operator_view(fd({"jobStatus": {"state": "FAILED"}}), durable).not_suspendable)
+
+
+def test_the_suspended_takeover_starts_from_the_named_savepoint_and_rolls_back_to_it() -> None:
+    ap = plan(inp([app(job={"initialSavepointPath": "s3://b/sp/savepoint-9"})],
+                  live=[operated(op=SUSPENDED_OP)])).app("orders")
+    starts = [s for s in (*ap.steps, *ap.rollback) if isinstance(s, StartJob)]
+    assert len(starts) == 2 and all(s.restore.kind is RestoreKind.PATH and s.restore.path == "s3://b/sp/savepoint-9"
+                                    for s in starts)
+    assert ap.abort == () and ap.rollback_after == 0
+    assert any("spec.job.initialSavepointPath s3://b/sp/savepoint-9" in r for r in ap.risks)

@@ -164,7 +164,8 @@ def test_redact_leaves_ordinary_text_alone() -> None:
     for text in ("ssh to git@github.com:acme/apps.git", "mail dev@example.com", "https://git.example.com/a@b",
                  "s3://bucket/savepoints/sp-1", "http://127.0.0.1:8081/jobs/overview"):
         assert redact(text) == text
-    assert redact("ssh://git@host/repo.git") == "ssh://***@host/repo.git"
+    assert redact("ssh://git@host/repo.git") == "ssh://git@host/repo.git"  # an ssh user is no secret
+    assert redact("ssh://git:pw-in-url@host/repo.git") == "ssh://***@host/repo.git"
 
 
 def test_text_lines_are_redacted_too() -> None:

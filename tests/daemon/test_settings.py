@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.errors import ConfigError
+from reconciler.redaction import REDACTED as URL_REDACTED
 from reconciler.settings import REDACTED, load_settings, redact_url, reference_markdown, secret_fields
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "daemon.md"
@@ -149,7 +150,7 @@ def test_redaction_everywhere(tmp_path: Path) -> None:
     assert red["forge_token"] == REDACTED
     assert red["github_webhook_secret"] == REDACTED
     assert red["gitea_webhook_secret"] == REDACTED
-    assert red["repo_url"] == f"https://{REDACTED}@github.com/acme/flink-apps.git"
+    assert red["repo_url"] == f"https://{URL_REDACTED}@github.com/acme/flink-apps.git"
     assert red["forge_repo"] == "acme/flink-apps"
     assert load_settings().redacted()["github_webhook_secret"] is None
 
@@ -160,8 +161,8 @@ def test_redaction_everywhere(tmp_path: Path) -> None:
         ("https://github.com/acme/x.git", "https://github.com/acme/x.git"),
         ("git@github.com:acme/x.git", "git@github.com:acme/x.git"),
         ("ssh://git@host:2222/x.git", "ssh://git@host:2222/x.git"),
-        ("https://tok@host/x.git", f"https://{REDACTED}@host/x.git"),
-        ("https://u:p@host:8443/x.git", f"https://{REDACTED}@host:8443/x.git"),
+        ("https://tok@host/x.git", f"https://{URL_REDACTED}@host/x.git"),
+        ("https://u:p@host:8443/x.git", f"https://{URL_REDACTED}@host:8443/x.git"),
     ],
 )
 def test_redact_url(url: str, shown: str) -> None:

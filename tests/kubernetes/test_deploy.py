@@ -17,6 +17,7 @@ from reconciler.live.kubernetes.generations import Pointers
 from reconciler.live.kubernetes.lease import LeaseElector
 from reconciler.live.kubernetes.records import ConfigMapRecordStore
 from reconciler.live.kubernetes.runtime import KubernetesRuntime
+from reconciler.operator_migration.status import Before, release_patch, suspend_patch
 from reconciler.settings import load_settings
 from tests.kubernetes.apps import app
 from tests.kubernetes.conftest import Cluster
@@ -126,8 +127,8 @@ def _exercise_runtime(c: Cluster) -> None:
     # for the suspend (and give it back), delete it and wait for its pods and Services.
     rt.flink_deployments()
     if rt.flink_deployment(c.namespace, "legacy") is not None:  # created by the test (the stand-in serves the CRD)
-        rt.suspend_flink_deployment(c.namespace, "legacy")
-    rt.release_flink_deployment(c.namespace, "legacy", state="running", upgrade_mode=None)
+        rt.suspend_flink_deployment(c.namespace, "legacy", patch=suspend_patch())
+    rt.release_flink_deployment(c.namespace, "legacy", patch=release_patch(Before(job_state="running")))
     rt.delete_flink_deployment(c.namespace, "legacy", deadline=c.clock.monotonic() + 60)
     # The apps' records (one ConfigMap each): list per pass, create, compare-and-set update, re-read on a
     # conflict, delete when an app is forgotten.

@@ -131,7 +131,8 @@ STUCK = [IMAGE_PULL, CRASH_LOOP, UNSCHEDULABLE]
 class SimCluster:
     """The controllers, kubelet and JobManager process of a cluster (see the module docstring)."""
 
-    def __init__(self, c: Cluster, standin: Standin, flink: FlinkBackend, flink_url: str) -> None:
+    def __init__(self, c: Cluster, standin: Standin | None, flink: FlinkBackend, flink_url: str) -> None:
+        """`standin` None: a real API server, whose Services reach Flink by other means (the test's)."""
         self.c, self.standin, self.flink, self.flink_url = c, standin, flink, flink_url
         self.stuck: Stuck | None = None
         self.rollouts: list[tuple[str, str, Obj]] = []  # (deployment, "ready" | stuck id, main container)
@@ -159,7 +160,9 @@ class SimCluster:
                 self.c.kube.delete("Pod", ns, old["metadata"]["name"])
         if comp == "jobmanager":
             self.flink.stop_jobmanager()
-            self.standin.call(self.standin.api.proxy_backends.pop, (ns, f"{app_name}-rest", str(r.REST_PORT)), None)
+            if self.standin is not None:
+                self.standin.call(self.standin.api.proxy_backends.pop, (ns, f"{app_name}-rest", str(r.REST_PORT)),
+                                  None)
         stuck = self.stuck if self.stuck is not None and self.stuck.broken(comp, container) else None
         for i in range(replicas):
             pod = f"{name}-g{gen}-{i}"
@@ -195,7 +198,8 @@ class SimCluster:
             job_id = args[args.index("--job-id") + 1]
             restore = args[args.index("--fromSavepoint") + 1] if "--fromSavepoint" in args else None
             self.flink.start_jobmanager(job_id, restore_path=restore)
-            self.standin.add_proxy_backend(ns, f"{app_name}-rest", str(r.REST_PORT), self.flink_url)
+            if self.standin is not None:
+                self.standin.add_proxy_backend(ns, f"{app_name}-rest", str(r.REST_PORT), self.flink_url)
 
 
 @dataclass

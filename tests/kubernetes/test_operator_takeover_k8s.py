@@ -255,9 +255,10 @@ def test_takeover_stops_the_operators_job_with_a_savepoint_and_starts_ours_from_
     assert [e.action for e in rec.journal.lineage(APP)] == ["takeover"]
 
 
-# Record writes of one takeover (begin, each step started/done, the savepoint as soon as it is read, finish ...):
+# Record writes of one takeover (begin, each step started/done, the FlinkDeployment as it was before the suspend
+# patch, the savepoint as soon as it is read, finish ...):
 # every one is a crash point. A takeover that writes fewer fails the last point: keep this in step.
-CRASH_POINTS = range(1, 17)
+CRASH_POINTS = range(1, 18)
 
 
 @pytest.mark.parametrize("crash_at", CRASH_POINTS)

@@ -97,6 +97,7 @@ class StandbySim(SimCluster):
         self.run_failure: str | None = None  # what every session JobManager answers to a submit
 
     def _unproxy(self, service: str) -> None:
+        assert self.standin is not None
         self.standin.call(self.standin.api.proxy_backends.pop, (self.c.namespace, service, str(r.REST_PORT)), None)
 
     def tick(self) -> None:
@@ -126,6 +127,7 @@ class StandbySim(SimCluster):
         self.sessions[gen] = backend
         backend.start_session()
         backend.run_failure = self.run_failure
+        assert self.standin is not None
         self.standin.add_proxy_backend(self.c.namespace, r.object_names(APP, gen)["rest"], str(r.REST_PORT), url)
 
     def running(self) -> list[tuple[str, str, str | None]]:

@@ -16,8 +16,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.core.operator_documents import import_document
 from reconciler.live.kubernetes.render import render_app
+from reconciler.operator_migration.documents import import_document
 from reconciler.spec.model import FlinkApp
 
 MIB = 1 << 20

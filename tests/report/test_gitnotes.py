@@ -35,6 +35,14 @@ def test_note_line_format() -> None:
     assert note_line(s) == "flink-reconciler/orders: failure - step StartJob failed: ClassNotFound (http://r/x)"
 
 
+
+def test_a_note_masks_url_credentials() -> None:
+    """A note is pushed to origin, where every clone reads it: a message naming a URL with a password (one
+    holding a raw '@') carries `***` instead."""
+    s = CommitStatus("a" * 40, "orders", Outcome.FAILURE, "fetch of https://bot:pa@ss@word99@jars.example/x.jar failed")
+    assert note_line(s) == "flink-reconciler/orders: failure - fetch of https://***@jars.example/x.jar failed"
+
+
 def test_statuses_become_one_note_with_a_line_per_app(up: Upstream, tmp_path: Path) -> None:
     src = GitSource(str(up.origin), tmp_path / "cache")
     sha = src.fetch().new_sha

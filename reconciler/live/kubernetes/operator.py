@@ -4,12 +4,17 @@ A mixin of `KubernetesRuntime` (runtime), through the same `Kube` client: list, 
 `flink.apache.org/v1beta1` FlinkDeployments. The operator does everything to its own pods: a merge patch of
 spec.job asks it to stop its job with a savepoint, and deleting the FlinkDeployment lets its finalizer remove the
 rest. We only wait, with a deadline, until nothing of it is left that would clash with our objects (its
-`<name>-rest` Service is ours once we start).
+`<name>-rest` Service is ours once we start) or start a job of its own: its Deployments, pods, Services and
+ConfigMaps (its Flink configuration, and its HA metadata, which a JobManager of the same cluster-id would recover
+from), in native mode or standalone mode alike.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from reconciler.clock import Clock
 from reconciler.errors import DeadlineExceededError, ObserveError, PermanentStepError
@@ -17,8 +22,23 @@ from reconciler.live.kubernetes.api import Kube, KubernetesApiError, KubernetesU
 from reconciler.live.kubernetes.storage import storage_problem
 
 KIND = "FlinkDeployment"
-# Labels Flink's native Kubernetes integration puts on the operator's pods, Services and Deployments.
+# The `type` label of the operator's objects: Flink's native Kubernetes integration (native mode, and every HA
+# ConfigMap), and the operator's standalone mode (StandaloneKubernetesUtils).
 NATIVE_TYPE = "flink-native-kubernetes"
+STANDALONE_TYPE = "flink-standalone-kubernetes"
+_LEFTOVER_KINDS = ("Deployment", "Pod", "ConfigMap")
+
+
+def local_savepoint_probe(uri: str) -> bool | None:
+    """`_metadata` of a file:// savepoint when this process sees its directory's parent (the same volume mounted at
+    the same path as in Flink's pods); None otherwise (object storage, or a volume only the pods mount)."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "file":
+        return None
+    path = Path(parsed.path)
+    if not path.parent.is_dir():
+        return None
+    return (path / "_metadata").is_file()
 
 
 class OperatorDeployments:
@@ -29,6 +49,7 @@ class OperatorDeployments:
         clock: Clock
         namespaces: tuple[str, ...]
         poll_interval: float
+        savepoint_probe: Callable[[str], bool | None]
 
     def flink_deployments(self) -> dict[tuple[str, str], dict[str, Any]]:
         out: dict[tuple[str, str], dict[str, Any]] = {}
@@ -49,18 +70,20 @@ class OperatorDeployments:
     def flink_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.kube.get(KIND, namespace, name)
 
-    def suspend_flink_deployment(self, namespace: str, name: str) -> None:
-        self._patch_job(namespace, name, {"state": "suspended", "upgradeMode": "savepoint"}, missing_ok=False)
+    def suspend_flink_deployment(self, namespace: str, name: str, *, patch: Obj) -> None:
+        self._patch(namespace, name, patch, missing_ok=False)
 
-    def release_flink_deployment(self, namespace: str, name: str, *, state: str, upgrade_mode: str | None) -> None:
-        self._patch_job(namespace, name, {"state": state, **({"upgradeMode": upgrade_mode} if upgrade_mode else {})},
-                        missing_ok=True)
+    def release_flink_deployment(self, namespace: str, name: str, *, patch: Obj) -> None:
+        self._patch(namespace, name, patch, missing_ok=True)
 
-    def _patch_job(self, namespace: str, name: str, job: Obj, *, missing_ok: bool) -> None:
+    def savepoint_on_storage(self, uri: str) -> bool | None:
+        return self.savepoint_probe(uri)
+
+    def _patch(self, namespace: str, name: str, patch: Obj, *, missing_ok: bool) -> None:
         path = Kube.path(KIND, namespace, name)
         try:
             self.kube.request("PATCH", path, query=[("fieldManager", "flink-reconciler-takeover")],
-                              body={"spec": {"job": job}}, content_type="application/merge-patch+json")
+                              body=patch, content_type="application/merge-patch+json")
         except KubernetesApiError as e:
             if e.code != 404:
                 raise
@@ -88,15 +111,16 @@ class OperatorDeployments:
         if fd is not None:
             fins = (fd.get("metadata") or {}).get("finalizers") or []
             left.append(f"{KIND}/{name}" + (f" (finalizers: {', '.join(fins)})" if fins else ""))
-        selector = f"app={name},type={NATIVE_TYPE}"
-        for kind in ("Deployment", "Pod"):
+        selector = f"app={name},type in ({NATIVE_TYPE},{STANDALONE_TYPE})"
+        for kind in _LEFTOVER_KINDS:
             left += [f"{kind}/{o['metadata']['name']}" for o in self.kube.list(kind, namespace, selector)]
         # Its Services by label, and whatever holds the names our Services take (only while a takeover waits).
         clash = {name, f"{name}-rest"}
         for o in self.kube.list("Service", namespace, ""):
             meta = o.get("metadata") or {}
             labels = meta.get("labels") or {}
-            if meta.get("name") in clash or (labels.get("app") == name and labels.get("type") == NATIVE_TYPE):
+            if meta.get("name") in clash or (labels.get("app") == name
+                                             and labels.get("type") in (NATIVE_TYPE, STANDALONE_TYPE)):
                 left.append(f"Service/{meta.get('name')}")
         return left
 

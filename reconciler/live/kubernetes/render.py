@@ -258,6 +258,8 @@ def session_shape(app: FlinkApp) -> FlinkApp:
     of any app's job is in them, so every app on the cluster renders the same objects (a job-only change of one app
     never touches the pods the others run on); jobs come over REST."""
     job = JobSpec(jar_uri=f"local://{IMAGE_JARS}/", parallelism=1, upgrade_mode=UpgradeMode.STATELESS)
+    if app.spec.task_manager.replicas * app.spec.task_manager.slots < 1:  # no TaskManager until a job needs one
+        job = job.model_copy(update={"state": JobState.SUSPENDED})  # (capacity.addTaskManagers): no slot for it
     spec = AppSpec.model_validate({**{f: getattr(app.spec, f) for f in CLUSTER_FIELDS}, "job": job})
     return FlinkApp(api_version=app.api_version, kind=app.kind, metadata=app.metadata, spec=spec)
 
@@ -268,7 +270,7 @@ def session_cluster_app(cluster: FlinkSessionCluster) -> FlinkApp:
         "apiVersion": "flink-reconciler.io/v1alpha1", "kind": "FlinkApp",
         "metadata": {"name": cluster.name, "namespace": cluster.metadata.namespace},
         "spec": {**{k: v for k, v in cluster.canonical()["spec"].items() if k != "capacity"},  # the planner's
-                 "job": {"jarURI": f"local://{IMAGE_JARS}/"}}})))
+                 "job": {"jarURI": f"local://{IMAGE_JARS}/", "state": "suspended"}}})))
 
 
 def image_jar_id(jar_uri: str) -> str | None:

@@ -47,7 +47,7 @@ from reconciler.live.kubernetes.api import (
     in_cluster_client,
 )
 from reconciler.live.kubernetes.generations import AppView, ClusterView, Pointers, pointer_problem, view_info
-from reconciler.live.kubernetes.operator import OperatorDeployments
+from reconciler.live.kubernetes.operator import OperatorDeployments, local_savepoint_probe
 from reconciler.live.kubernetes.sessions import SessionClusters, session_info
 from reconciler.live.kubernetes.standby import WarmStandby
 from reconciler.live.kubernetes.status import (
@@ -95,6 +95,7 @@ class KubernetesRuntime(SessionClusters, WarmStandby, OperatorDeployments):
         revision: str = "unknown",
         poll_interval: float = 2.0,
         request_timeout: float = 30.0,
+        savepoint_probe: Callable[[str], bool | None] | None = None,
     ) -> None:
         if not namespaces:
             raise ValueError("KubernetesRuntime needs at least one namespace")
@@ -105,6 +106,8 @@ class KubernetesRuntime(SessionClusters, WarmStandby, OperatorDeployments):
         self.force_conflicts = force_conflicts
         self.revision = revision  # stamped on objects; the Runtime protocol does not pass it (yet)
         self.poll_interval = poll_interval
+        # Does a savepoint have its _metadata (a takeover's proof): file:// paths this process sees, by default.
+        self.savepoint_probe = savepoint_probe or local_savepoint_probe
         self._ns_of: dict[str, str] = {}
         self._live_gen: dict[str, str] = {}  # the live cluster generation per app, as last read from its root
         self._http: httpx.Client | None = None

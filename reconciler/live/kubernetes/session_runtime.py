@@ -32,11 +32,14 @@ class KubernetesSessionRuntime(SessionRuntime):
     def flink_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.host.flink_deployment(namespace, name)
 
-    def suspend_flink_deployment(self, namespace: str, name: str) -> None:
-        self.host.suspend_flink_deployment(namespace, name)
+    def suspend_flink_deployment(self, namespace: str, name: str, *, patch: dict[str, Any]) -> None:
+        self.host.suspend_flink_deployment(namespace, name, patch=patch)
 
-    def release_flink_deployment(self, namespace: str, name: str, *, state: str, upgrade_mode: str | None) -> None:
-        self.host.release_flink_deployment(namespace, name, state=state, upgrade_mode=upgrade_mode)
+    def release_flink_deployment(self, namespace: str, name: str, *, patch: dict[str, Any]) -> None:
+        self.host.release_flink_deployment(namespace, name, patch=patch)
+
+    def savepoint_on_storage(self, uri: str) -> bool | None:
+        return self.host.savepoint_on_storage(uri)
 
     def delete_flink_deployment(self, namespace: str, name: str, *, deadline: float) -> None:
         self.host.delete_flink_deployment(namespace, name, deadline=deadline)

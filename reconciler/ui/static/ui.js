@@ -35,8 +35,16 @@
       var doc = new DOMParser().parseFromString(html, "text/html");
       document.querySelectorAll("[data-live]").forEach(function (el) {
         var fresh = el.id && doc.getElementById(el.id);
-        if (fresh && fresh.innerHTML !== el.innerHTML) el.innerHTML = fresh.innerHTML;
+        if (!fresh) return;
+        // A <details> the reader opened stays open (the server sends them closed).
+        el.querySelectorAll("details[open][id]").forEach(function (d) {
+          var f = fresh.querySelector("details[id='" + d.id + "']");
+          if (f) f.setAttribute("open", "");
+        });
+        if (fresh.innerHTML !== el.innerHTML) el.innerHTML = fresh.innerHTML;
       });
+      // A page that stops refreshing (/plan once its plan is there) says so in its data-refresh.
+      every = parseInt(doc.body.getAttribute("data-refresh") || "0", 10);
       body.classList.remove("stale");
       tickClocks();
     }).catch(function () {

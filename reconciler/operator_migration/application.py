@@ -1,6 +1,6 @@
 """The FlinkDeployment -> FlinkApp mapping of `flink-reconciler import` (pure: documents in, documents out).
-Session mode (a FlinkDeployment without spec.job, a FlinkSessionJob) builds on it in `operator_import_session`;
-`operator_documents` says which document becomes what.
+Session mode (a FlinkDeployment without spec.job, a FlinkSessionJob) builds on it in `session`;
+`documents` says which document becomes what.
 
 Input: parsed YAML documents as the Apache Flink Kubernetes Operator's users keep them (`flink.apache.org/v1beta1`
 FlinkDeployment, plus whatever else shares the file, `kind: List` included). Output per document: a FlinkApp
@@ -108,6 +108,8 @@ _OWNED_DROPPED = {
     "web.upload.dir": "used by the reconciler's warm standby",
     "kubernetes.namespace": "the app's metadata.namespace",
 }
+# The restore point as configuration (1.x name and 2.x name): the operator owns it (ApplicationReconciler.deploy).
+_RESTORE_PATH_KEYS = {"execution.savepoint.path", "execution.state-recovery.path"}
 _HA_KUBERNETES = {"kubernetes", "org.apache.flink.kubernetes.highavailability.kuberneteshaservicesfactory"}
 _HA_NONE = {"none", "", "false"}
 
@@ -304,8 +306,9 @@ class Converter:
     NATIVE_MODE = ("native mode: flink-reconciler runs Flink in standalone application mode with a TaskManager "
                    "Deployment of a fixed size (the same count the operator's Flink asks for)")
 
-    def __init__(self, doc: Mapping[str, Any]) -> None:
+    def __init__(self, doc: Mapping[str, Any], *, namespace: str | None = None) -> None:
         self.doc = doc
+        self.namespace = namespace  # for a document that names none (import --namespace)
         self.origins: dict[Path, str] = {}
         self.findings: list[Finding] = []
         self.app: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {}, "spec": {}}
@@ -323,6 +326,9 @@ class Converter:
 
     def run(self) -> dict[str, Any]:
         self._metadata()
+        name = self.app["metadata"]["name"]
+        self.put(("spec", "takeover", "from"), f"{FLINK_DEPLOYMENT}/{name}",
+                 "the FlinkDeployment itself: take its running job over with a savepoint, never start beside it")
         spec = self._spec(KNOWN_SPEC)
         job = spec.get("job")
         if not isinstance(job, Mapping):
@@ -373,6 +379,14 @@ class Converter:
         self.put(("metadata", "name"), name, "metadata.name")
         if meta.get("namespace"):
             self.put(("metadata", "namespace"), str(meta["namespace"]), "metadata.namespace")
+        elif self.namespace:
+            self.put(("metadata", "namespace"), self.namespace, "--namespace (the source names none)")
+        else:
+            self.put(("metadata", "namespace"), "default", "not set in the source: written as default")
+            self.note("metadata.namespace", "not set: the FlinkDeployment runs in the namespace it was applied to "
+                      "(kubectl's, or Argo CD's / Flux's destination), which the file does not say; written as "
+                      "default. Set the namespace it runs in (or import with --namespace): an app takes over the "
+                      "FlinkDeployment of its own namespace, and none there blocks the takeover", True)
         labels = meta.get("labels")
         if isinstance(labels, Mapping):
             kept = {}
@@ -421,7 +435,8 @@ class Converter:
                                              f"({out[new][1]}), its Flink 2.x name; keep one of them")
                 if new not in out:
                     out[new] = (value, f"{src} (the Flink 1.x name of {new})")
-                    self.note(src, f"renamed to {new}, its Flink 2.x name", False)
+                    if new not in _RESTORE_PATH_KEYS:  # that one is not imported at all (_rest_of_configuration)
+                        self.note(src, f"renamed to {new}, its Flink 2.x name", False)
         return out
 
     def _image(self, spec: Mapping[str, Any]) -> None:
@@ -440,6 +455,9 @@ class Converter:
             slots = int(value)
         except ValueError:
             raise UnimportableError(src, f"{value!r} is not a number of task slots") from None
+        if slots < 1:
+            raise UnimportableError(src, f"{slots} task slots: a TaskManager needs at least 1 (Flink refuses to "
+                                    "start one with fewer)")
         self.put(("spec", "taskManager", "slots"), slots, src)
         return slots
 
@@ -478,12 +496,18 @@ class Converter:
                 self.put(("spec", target, "resources", "cpu"), cpu[0], cpu[1])
             replicas = node.get("replicas")
             if comp == "jobManager":
+                # The operator writes kubernetes.jobmanager.replicas from spec.jobManager.replicas (default 1)
+                # over the configuration's (FlinkConfigBuilder.applyJobManagerSpec): the spec's count runs.
                 conf_rep = conf.pop("kubernetes.jobmanager.replicas", None)
-                if replicas is None and conf_rep is not None:
-                    replicas = conf_rep[0]
-                if replicas is not None:
-                    self.put(("spec", "jobManager", "replicas"), as_int(replicas, f"{where}.replicas"),
-                             f"{where}.replicas")
+                count = as_int(replicas, f"{where}.replicas") if replicas is not None else 1
+                if conf_rep is not None and as_int(conf_rep[0], conf_rep[1]) != count:
+                    self.note(conf_rep[1], f"{conf_rep[0]} is overridden by the operator with spec.jobManager."
+                              f"replicas ({count}{'' if replicas is not None else ', its default'}): the operator "
+                              f"ran {count} JobManager(s), and so does the import; set jobManager.replicas for "
+                              "more", True)
+                if replicas is not None or conf_rep is not None:
+                    self.put(("spec", "jobManager", "replicas"), count,
+                             f"{where}.replicas" if replicas is not None else "operator default (1)")
 
     def _resources(self, node: Mapping[str, Any], where: str) -> tuple[tuple[int, str] | None,
                                                                         tuple[float, str] | None]:
@@ -552,6 +576,12 @@ class Converter:
             self.put(("spec", "job", "parallelism"), effective,
                      "spec.taskManager.replicas x taskmanager.numberOfTaskSlots (the operator's rule)")
         else:
+            if job.get("parallelism") is None:
+                p_src = p_src if p_src != "spec.job.parallelism" else "Flink default (1)"
+                self.note("spec.job.parallelism", "missing (and no taskManager.replicas): the operator refuses such "
+                          "a FlinkDeployment (\"Job parallelism must be larger than 0\", DefaultValidator), so it "
+                          f"never ran from this spec; imported at {p} ({p_src}): check it against the running job",
+                          True)
             self.put(("spec", "job", "parallelism"), p, p_src)
             self.put(("spec", "taskManager", "replicas"), -(-p // slots),
                      f"parallelism {p} / {slots} slots, rounded up (the TaskManagers Flink asks the operator for)")
@@ -681,6 +711,11 @@ class Converter:
             elif key in _OWNED_PORTS:
                 if value != _OWNED_PORTS[key]:
                     self.note(src, f"the reconciler fixes {key} at {_OWNED_PORTS[key]}: not imported", True)
+            elif key in _RESTORE_PATH_KEYS:
+                self.note(src.split(" (the Flink 1.x name")[0], f"{value}: the operator removes or replaces it "
+                          "on every deploy (ApplicationReconciler.deploy: the restore point is its own), so the job "
+                          "never started from it there; carried over it would make every start here restore from "
+                          "it: not imported (a first start from a savepoint is spec.job.initialSavepointPath)", True)
             elif key in _OWNED_DROPPED:
                 self.note(src, f"set by the reconciler ({_OWNED_DROPPED[key]}): not imported", False)
             elif key == "kubernetes.container.image.pull-policy":

@@ -1,7 +1,7 @@
 """`flink-reconciler import`: the file side of the operator -> FlinkApp / FlinkSessionCluster mapping.
 
 Reads YAML (a file, a directory of *.yaml/*.yml, or stdin), hands the documents to the pure mapping in
-`reconciler.core.operator_documents`, checks each result as `validate --runtime kubernetes` would (a session app on
+`reconciler.operator_migration.documents`, checks each result as `validate --runtime kubernetes` would (a session app on
 the session cluster imported with it), and writes spec files whose comments say where each value came from.
 Exit 0: every document became an app that runs the same; 1: something was not imported, would run differently,
 or does not validate (all listed).
@@ -21,9 +21,9 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from reconciler.core.operator_documents import import_groups
-from reconciler.core.operator_import import Finding, Imported
 from reconciler.errors import ConfigError, SpecError, SpecLimitError
+from reconciler.operator_migration.application import Finding, Imported
+from reconciler.operator_migration.documents import import_groups
 from reconciler.spec.model import KIND, FlinkApp
 from reconciler.spec.session import SESSION_KIND, FlinkSessionCluster, capacity_problem, effective_app, fit_replicas
 
@@ -205,7 +205,9 @@ def _commented(value: Any, path: tuple[str, ...], imp: Imported) -> Any:
 
 
 def run(target: str, out: Path | None, *, force: bool, output: str, stdin: TextIO, stdout: TextIO,
-        stderr: TextIO) -> int:
+        stderr: TextIO, namespace: str | None = None) -> int:
+    if out is not None:
+        _out_dir(out)  # before anything is read: a wrong --out writes nothing
     errors: list[SpecError] = []
     parsed: list[tuple[str, list[Any]]] = []
     for src in read_sources(target, stdin):
@@ -213,7 +215,7 @@ def run(target: str, out: Path | None, *, force: bool, output: str, stdin: TextI
             parsed.append((src.name, parse(src)))
         except SpecError as e:
             errors.append(e)
-    groups = import_groups(docs for _, docs in parsed)
+    groups = import_groups((docs for _, docs in parsed), namespace=namespace)
     names = [name for (name, _), group in zip(parsed, groups, strict=True) for _ in group]
     checked = check_sessions([check(imp) for group in groups for imp in group])
     outcomes = [Outcome(name, imp) for name, imp in zip(names, checked, strict=True)]
@@ -226,9 +228,18 @@ def run(target: str, out: Path | None, *, force: bool, output: str, stdin: TextI
     return 1 if errors or any(o.failed for o in written) else 0
 
 
-def _write(outcomes: list[Outcome], out: Path | None, *, force: bool, stdout: TextIO) -> list[Outcome]:
-    if out is not None:
+def _out_dir(out: Path) -> None:
+    """--out is a directory (made when missing); anything else is the caller's mistake, said as such."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a directory (--out names the directory the spec files "
+                          "are written to, one per app)")
+    try:
         out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {out}: cannot create the directory: {e.strerror or e}") from e
+
+
+def _write(outcomes: list[Outcome], out: Path | None, *, force: bool, stdout: TextIO) -> list[Outcome]:
     done: list[Outcome] = []
     names: dict[str, str] = {}
     for o in outcomes:
@@ -253,7 +264,12 @@ def _write(outcomes: list[Outcome], out: Path | None, *, force: bool, stdout: Te
             exists = Finding("metadata.name", f"{path} exists: not overwritten (--force overwrites)", True)
             done.append(replace(o, imported=replace(imp, findings=(*imp.findings, exists))))
             continue
-        path.write_text(text, encoding="utf-8")
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError as e:
+            failed = Finding("metadata.name", f"{path}: cannot be written: {e.strerror or e}", True)
+            done.append(replace(o, imported=replace(imp, findings=(*imp.findings, failed))))
+            continue
         done.append(replace(o, path=path))
     return done
 

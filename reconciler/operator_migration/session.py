@@ -1,7 +1,7 @@
 """The session half of `flink-reconciler import` (pure): a session-mode FlinkDeployment (one without `spec.job`)
 becomes a FlinkSessionCluster, a FlinkSessionJob a FlinkApp whose `spec.sessionCluster` names it.
 
-Both build on the application-mode converter of `core.operator_import`: image, version, configuration (nested
+Both build on the application-mode converter of `operator_migration.application`: image, version, configuration (nested
 form, Flink 1.x names), resources, high availability and pod templates read the same. What differs:
 
 - TaskManagers. In native mode (the operator's default) the operator's Flink starts TaskManagers as jobs need
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from reconciler.core.operator_import import (
+from reconciler.operator_migration.application import (
     FLINK_DEPLOYMENT,
     KNOWN_SPEC,
     OPERATOR_GROUP,
@@ -76,8 +76,8 @@ class SessionClusterConverter(Converter):
     NATIVE_MODE = ("native mode: the operator's Flink starts TaskManagers as jobs need slots; the "
                    "FlinkSessionCluster does the same with capacity.addTaskManagers")
 
-    def __init__(self, doc: Mapping[str, Any]) -> None:
-        super().__init__(doc)
+    def __init__(self, doc: Mapping[str, Any], *, namespace: str | None = None) -> None:
+        super().__init__(doc, namespace=namespace)
         self.app["kind"] = SESSION_KIND
 
     def run(self) -> dict[str, Any]:
@@ -137,8 +137,9 @@ class SessionClusterConverter(Converter):
 class SessionJobConverter(Converter):
     """A FlinkSessionJob -> a FlinkApp on the FlinkSessionCluster its deploymentName names."""
 
-    def __init__(self, doc: Mapping[str, Any], clusters: Mapping[Key, Mapping[str, Any]]) -> None:
-        super().__init__(doc)
+    def __init__(self, doc: Mapping[str, Any], clusters: Mapping[Key, Mapping[str, Any]], *,
+                 namespace: str | None = None) -> None:
+        super().__init__(doc, namespace=namespace)
         self.clusters = clusters
 
     def run(self) -> dict[str, Any]:
