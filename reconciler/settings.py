@@ -10,38 +10,25 @@ never printed: use `Settings.redacted()` for logs.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
+from reconciler.alerting.config import AlertingSettings
+from reconciler.durations import parse_duration
 from reconciler.errors import ConfigError
 from reconciler.redaction import redact_url as redact_url  # noqa: PLC0414 (re-exported: the one URL rule)
 
 ENV_PREFIX = "FLINK_RECONCILER_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"
 REDACTED = "**********"
-
-_DURATION = re.compile(r"[ \t]*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)[ \t]*(ms|s|m|h)?[ \t]*")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(value: object) -> object:
-    """Accept 15, 15.0, "15", "15s", "500ms", "2m", "1h"; leave anything else for pydantic to reject."""
-    if isinstance(value, str):
-        m = _DURATION.fullmatch(value)
-        if not m:
-            raise ValueError(f"not a duration: {value!r} (examples: 15, 15s, 500ms, 2m, 1h)")
-        return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-    return value
-
 
 def _upper(value: object) -> object:
     return value.upper() if isinstance(value, str) else value
@@ -143,6 +130,11 @@ class Settings(BaseSettings):
     forge_token: SecretStr | None = Field(None, description="Forge API token for commit statuses (secret).")
     forge_repo: str | None = Field(None, description="Forge repository: `owner/name` (GitLab: project path or id).")
     status_target_url: str | None = Field(None, description="Link put on commit statuses (this daemon's `/`).")
+    # --- alerting ---------------------------------------------------------------------------------
+    alerting: AlertingSettings = Field(AlertingSettings(), description=(
+        "Alert conditions and notifications without Prometheus: thresholds, receivers (`sinks`: webhook, slack, "
+        "smtp) and `subscriptions` (which triggers of which apps go where); a block in the --config file, or JSON. "
+        "See [alerts.md](alerts.md#notifications)."))
     # --- logging ----------------------------------------------------------------------------------
     log_format: Literal["text", "json"] = Field("text", description="`text` or `json` lines on stderr.")
     log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR"], BeforeValidator(_upper)] = Field(
@@ -253,6 +245,8 @@ class Settings(BaseSettings):
                 out[name] = REDACTED
             elif isinstance(value, Path):
                 out[name] = str(value)
+            elif isinstance(value, BaseModel):
+                out[name] = value.model_dump(mode="json")  # SecretStr fields dump as '**********'
             elif isinstance(value, tuple):
                 out[name] = list(value)
             elif isinstance(value, str) and name.endswith("_url"):
@@ -379,6 +373,8 @@ def reference() -> Iterator[tuple[str, str, str, str]]:
         default = field.default
         if isinstance(default, tuple):
             default = ",".join(default)
+        if isinstance(default, BaseModel):
+            default = None  # a block: its fields are described where the description points
         shown = "" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
         yield name, env, shown, field.description or ""
 

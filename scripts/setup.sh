@@ -22,6 +22,18 @@ if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then
   fi
 fi
 
+# Debian's Prometheus and Alertmanager: `promtool test rules` unit-tests deploy/alerts/, and an end-to-end test runs
+# both against a daemon (tests/alerting). Installed only if missing; those tests skip, saying why, without them.
+if { ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-alertmanager >/dev/null 2>&1; } \
+    && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing prometheus and prometheus-alertmanager (apt)" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+      --no-install-recommends -o DPkg::Lock::Timeout=600 prometheus prometheus-alertmanager >/dev/null 2>&1; }; then
+    echo "setup: prometheus/prometheus-alertmanager could not be installed; the alert rule tests will skip" >&2
+  fi
+fi
+
 PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

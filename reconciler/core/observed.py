@@ -99,6 +99,10 @@ class LiveApp(Frozen):
     flink_state: str | None = None
     job: JobPhase = JobPhase.NONE
     latest_checkpoint: Checkpoint | None = None
+    # Health only (metrics and alerts, docs/alerts.md), never a decision, not part of the fingerprint: Flink's
+    # numRestarts of the job and its failed checkpoints (None: not known).
+    restarts: int | None = None
+    checkpoints_failed: int | None = None
     # What the runtime says it deployed (k8s annotation / local cluster metadata), if it says.
     deployed_spec_hash: str | None = None
     # Evidence of a past, for an app the records forgot (lost disk, new pod): the planner adopts the

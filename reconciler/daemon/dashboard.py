@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+from reconciler.alerting.alerter import ActiveAlert
 from reconciler.apply.journal import Journal
 from reconciler.clock import Clock
 from reconciler.daemon.ports import ReconcileService
@@ -22,7 +23,8 @@ from reconciler.ui.read import ReadSide
 from reconciler.ui.web import Dashboard, UiAuth
 
 
-def dashboard_for(service: ReconcileService, settings: Settings, clock: Clock) -> Dashboard | None:
+def dashboard_for(service: ReconcileService, settings: Settings, clock: Clock, *,
+                  alerts: Callable[[], Sequence[ActiveAlert]] | None = None) -> Dashboard | None:
     """None when the UI is off, or for a service that is not ours (a test's fake)."""
     if not settings.ui_enabled:
         return None
@@ -75,7 +77,7 @@ def dashboard_for(service: ReconcileService, settings: Settings, clock: Clock) -
                                                warm_standby=settings.runtime in ("local", "kubernetes")),
                     spec_policy=SpecPolicy(settings.spec_policy), mode="daemon")
     token = settings.ui_auth.get_secret_value() if settings.ui_auth is not None else None
-    return Dashboard(read, auth=UiAuth.parse(token))  # rows are built on the first page asked for
+    return Dashboard(read, auth=UiAuth.parse(token), alerts=alerts)  # rows are built on the first page asked for
 
 
 def _every(_app: str) -> bool:

@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
+from reconciler.alerting.alerter import Alerter
 from reconciler.clock import Clock, SystemClock
 from reconciler.daemon.lock import DaemonLock
 from reconciler.daemon.metrics import Metrics
@@ -111,11 +112,21 @@ def run(settings: Settings, make_service: ServiceFactory, *, clock: Clock | None
     with DaemonLock(settings.state_dir) as lock:
         log.info("starting flink-reconciler daemon", extra={"lock": str(lock.path), "settings": settings.redacted()})
         metrics = Metrics()
+        alerter = make_alerter(settings, metrics, clock)
         service = make_service(settings, metrics, clock)
-        code = Daemon(service, settings, metrics, clock).run_forever()
+        code = Daemon(service, settings, metrics, clock, alerter=alerter).run_forever()
     if code != 0:
         exit_now(code)
     return code
+
+
+def make_alerter(settings: Settings, metrics: Metrics, clock: Clock) -> Alerter:
+    """The alerter, told every pass's facts through the metrics; it notifies the configured sinks, if any."""
+    alerter = Alerter(settings.alerting, clock, metrics=metrics)
+    metrics.add_listener(alerter)
+    if settings.alerting.sinks:
+        log.info("notifications: %s", ", ".join(f"{s.name} ({s.type})" for s in settings.alerting.sinks))
+    return alerter
 
 
 def exit_now(code: int) -> NoReturn:

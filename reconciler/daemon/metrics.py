@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, disable_created_metrics
 from prometheus_client.exposition import choose_encoder
 
 from reconciler import __version__ as _version
+from reconciler.alerting.facts import AppFacts
 from reconciler.core.observed import Outcome
+from reconciler.daemon.app_metrics import AppHealthCollector
 from reconciler.service.ports import APP_STATES
 
 PREFIX = "flink_reconciler"
@@ -27,6 +30,15 @@ FETCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 6
 
 STEP_TYPES = ("savepoint", "stop", "start", "downtime")
 SYNC_TRIGGERS = ("startup", "poll", "drift", "webhook")
+
+
+class HealthListener(Protocol):
+    """Told what the metrics are told about app health, fetches and passes (the alerter, alerting/alerter.py)."""
+
+    def app_health(self, facts: Sequence[AppFacts], *, full: bool, owner: str = "") -> None: ...
+    def forget_owner(self, owner: str) -> None: ...
+    def git_fetched(self, *, error: str | None) -> None: ...
+    def sync_finished(self, *, ok: bool) -> None: ...
 
 
 class Metrics:
@@ -134,6 +146,31 @@ class Metrics:
             registry=r,
         )
 
+        self.git_last_fetch_success = Gauge(
+            f"{PREFIX}_git_last_successful_fetch_timestamp_seconds",
+            "Unix time of the last successful fetch of the GitOps repository.",
+            registry=r,
+        )
+        self.notifications = Counter(
+            f"{PREFIX}_notifications",
+            "Notification delivery attempts by sink and result (sent, error).",
+            ["sink", "result"],
+            registry=r,
+        )
+        self.notifications_dropped = Counter(
+            f"{PREFIX}_notifications_dropped",
+            "Notifications given up by sink and reason: queue_full (the sink is down or slow and its queue is "
+            "full), failed (every attempt failed), closed (shutting down).",
+            ["sink", "reason"],
+            registry=r,
+        )
+        # Per-app series live in a registry of their own: rendered once per change of the facts (a pass), not once
+        # per scrape (daemon/app_metrics.py; 10,000 apps are ~90,000 series).
+        self.app_health_collector = AppHealthCollector()
+        self._app_text: tuple[int, str, bytes] | None = None  # (facts version, content type, body)
+        self._app_text_lock = threading.Lock()
+        self._listeners: list[HealthListener] = []
+
         self.autoscale_parallelism = Gauge(
             f"{PREFIX}_autoscale_parallelism",
             "Autoscaled apps: job.parallelism in Git (kind=current) and what the metrics call for (kind=wanted).",
@@ -167,6 +204,27 @@ class Metrics:
         )
 
     # --- recording helpers (what the service and the daemon call) ---------------------------------
+    def add_listener(self, listener: HealthListener) -> None:
+        self._listeners.append(listener)
+
+    def app_health(self, facts: Sequence[AppFacts], *, full: bool, owner: str = "") -> None:
+        """Per-app health after a pass (service.ports.AppHealth): the `flink_reconciler_app_*` series, and the
+        listeners (the alerter)."""
+        self.app_health_collector.update(facts, full=full, owner=owner)
+        for listener in self._listeners:
+            listener.app_health(facts, full=full, owner=owner)
+
+    def forget_owner(self, owner: str) -> None:
+        self.app_health_collector.forget(owner)
+        for listener in self._listeners:
+            listener.forget_owner(owner)
+
+    def count_notification(self, sink: str, result: str) -> None:
+        self.notifications.labels(sink, result).inc()
+
+    def count_notification_dropped(self, sink: str, reason: str) -> None:
+        self.notifications_dropped.labels(sink, reason).inc()
+
     def observe_reconcile(self, app: str, seconds: float, outcome: Outcome | str) -> None:
         self.reconcile_duration.labels(app).observe(seconds)
         self.reconcile_outcomes.labels(app, str(outcome)).inc()
@@ -217,6 +275,10 @@ class Metrics:
         self.git_fetch_duration.observe(seconds)
         if error is not None:
             self.git_fetch_errors.labels(error).inc()
+        else:
+            self.git_last_fetch_success.set_to_current_time()
+        for listener in self._listeners:
+            listener.git_fetched(error=error)
 
     @contextmanager
     def time_git_fetch(self) -> Iterator[None]:
@@ -244,8 +306,21 @@ class Metrics:
     def observe_sync(self, trigger: str, result: str, seconds: float) -> None:
         self.sync_passes.labels(trigger, result).inc()
         self.sync_duration.labels(trigger).observe(seconds)
+        for listener in self._listeners:
+            listener.sync_finished(ok=result == "ok")
 
     def exposition(self, accept: str | None = None) -> tuple[bytes, str]:
         """(body, content type) in the format the scraper asked for (text or OpenMetrics)."""
         encoder, content_type = choose_encoder(accept or "")
-        return encoder(self.registry), content_type
+        body = encoder(self.registry)
+        version = self.app_health_collector.version
+        with self._app_text_lock:
+            cached = self._app_text
+            if cached is None or cached[:2] != (version, content_type):
+                openmetrics = content_type.startswith("application/openmetrics-text")
+                cached = self._app_text = (version, content_type,
+                                           self.app_health_collector.render(openmetrics=openmetrics))
+        eof = b"# EOF\n"
+        if body.endswith(eof):  # OpenMetrics: one EOF, at the very end
+            return body[: -len(eof)] + cached[2] + eof, content_type
+        return body + cached[2], content_type

@@ -24,6 +24,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from pydantic import SecretStr
 
 from reconciler import __version__
+from reconciler.alerting.alerter import Alerter
 from reconciler.clock import Clock, SystemClock
 from reconciler.daemon.dashboard import dashboard_for
 from reconciler.daemon.http import Endpoints, HttpServer, ProbeServer, allowed_hosts, refuse_unsafe_exposure
@@ -184,8 +185,10 @@ class Daemon:
         settings: Settings,
         metrics: Metrics,
         clock: Clock | None = None,
+        alerter: Alerter | None = None,
     ) -> None:
         self.service = service
+        self.alerter = alerter  # conditions judged after each pass and on a timer; notifications (docs/alerts.md)
         self.settings = settings
         self.metrics = metrics
         self.clock: Clock = clock if clock is not None else SystemClock()
@@ -211,7 +214,7 @@ class Daemon:
                 readiness=self.readiness,
                 metrics=metrics,
                 status_page=self.status_page,
-                ui=dashboard_for(service, settings, self.clock),
+                ui=dashboard_for(service, settings, self.clock, alerts=alerter.active if alerter else None),
                 webhook=webhook,
             ),
             hosts=allowed_hosts(settings.listen_host, settings.allowed_hosts),
@@ -244,6 +247,9 @@ class Daemon:
             start_date=datetime.now(UTC) + timedelta(seconds=self.settings.drift_interval + self._drift_offset()),
             jitter=self.settings.drift_interval * DRIFT_JITTER,
         )
+        if self.alerter is not None:  # time-based conditions (no pass for too long, a checkpoint aging) between passes
+            self._scheduler.add_job(self.alerter.tick, "interval", seconds=min(30.0, self.settings.poll_interval),
+                                    id="alerts", name="alerts")
         self._scheduler.start()
         log.info(
             "daemon started",
@@ -291,6 +297,8 @@ class Daemon:
         if not self.runner.join(t_end - self.clock.monotonic()):
             clean = False
             log.error("the running sync did not end within the %.1fs shutdown deadline", deadline)
+        if self.alerter is not None:  # what is queued gets one more try, within what is left of the deadline
+            self.alerter.close(timeout=max(0.5, min(5.0, t_end - self.clock.monotonic())))
         self.http.stop()
         self.probes.stop()
         log.info("daemon stopped", extra={"clean": clean})
@@ -391,6 +399,10 @@ class Daemon:
             err = self.runner.last_error
             lines.append(f"last error: {_ts(err.started_at)} {err.error}")
         lines.append(f"passes: {self.runner.passes['ok']} ok, {self.runner.passes['error']} failed")
+        if self.alerter is not None:
+            active = self.alerter.active()
+            lines.append(f"active alerts: {len(active)}" + (" (docs/alerts.md)" if active else ""))
+            lines.extend(f"  {a.alert:34} {a.app or '-'}: {a.summary[:300]}" for a in active[:50])
         if isinstance(self.service, StatusSource):
             try:
                 lines.append("")

@@ -346,7 +346,17 @@ class FlinkRestClient:
             restored_is_savepoint=bool(restored["is_savepoint"]) if "is_savepoint" in restored else None,
             latest_savepoint_path=savepoint.get("external_path") or None,
             latest_savepoint_at=datetime.fromtimestamp(sp_ms / 1000, UTC) if sp_ms else None,
+            failed_count=int((body.get("counts") or {}).get("failed", 0)),
         )
+
+    def restarts(self, job_id: str) -> int | None:
+        """Flink's `numRestarts` job metric (None when the JobManager does not report it yet)."""
+        resp = self._request("GET", f"/jobs/{job_id}/metrics?get=numRestarts", job_id=job_id)
+        try:
+            found = resp.json()
+            return int(float(next(m["value"] for m in found if m.get("id") == "numRestarts")))
+        except (ValueError, TypeError, KeyError, StopIteration, AttributeError):
+            return None
 
     # -- jars ---------------------------------------------------------------------------------------
 

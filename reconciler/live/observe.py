@@ -21,7 +21,7 @@ from reconciler.core.observed import (
     job_phase,
 )
 from reconciler.errors import ReconcilerError
-from reconciler.live.ports import ClusterInfo, JobSummary, OperatorTakeover, Runtime
+from reconciler.live.ports import ClusterInfo, FlinkApi, JobSummary, OperatorTakeover, RestartCount, Runtime
 from reconciler.operator_migration.status import operator_view, wanted_deployment
 from reconciler.spec.model import FlinkApp
 
@@ -64,8 +64,10 @@ def observe_app(runtime: Runtime, info: ClusterInfo) -> LiveApp:
         ckpt = Checkpoint(path=stats.latest_completed_path, completed_at=stats.latest_completed_at)
     phase = job_phase(job.state, job.tasks_running, job.tasks_total, job.tasks_finished)
     update: dict[str, object] = {"job_id": job.job_id, "flink_state": job.state, "job": phase,
-                                 "latest_checkpoint": ckpt}
+                                 "latest_checkpoint": ckpt, "checkpoints_failed": stats.failed_count}
     state = job.state.upper()
+    if state not in _TERMINAL:
+        update["restarts"] = _restarts(flink, job.job_id)
     if phase is not JobPhase.RUNNING and state not in _STOPPED:
         update["job_exception"] = _last_exception(runtime, name, job.job_id)
     if state in _STOPPED:
@@ -79,6 +81,17 @@ def observe_app(runtime: Runtime, info: ClusterInfo) -> LiveApp:
             # CANCELED/FAILED/SUSPENDED jobs leave one behind (RETAIN_ON_CANCELLATION).
             update["latest_checkpoint"] = None
     return base.model_copy(update=update)
+
+
+def _restarts(flink: FlinkApi, job_id: str) -> int | None:
+    """Flink's numRestarts of a live job, for health metrics (docs/alerts.md): one request; None when it cannot
+    say (never an observation error: no decision rests on it)."""
+    if not isinstance(flink, RestartCount):
+        return None
+    try:
+        return flink.restarts(job_id)
+    except ReconcilerError:
+        return None
 
 
 def _last_exception(runtime: Runtime, app: str, job_id: str) -> str | None:

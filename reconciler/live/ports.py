@@ -47,6 +47,7 @@ class CheckpointStats:
     # stop-with-savepoint this is the savepoint it stopped with.
     latest_savepoint_path: str | None = None
     latest_savepoint_at: datetime | None = None
+    failed_count: int = 0  # `counts.failed`: checkpoints of this job that failed (health only)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,13 @@ class SavepointStatus:
     done: bool
     location: str | None = None  # set on success
     failure: str | None = None  # Flink's failure cause, set on failure
+
+
+@runtime_checkable
+class RestartCount(Protocol):
+    """A JobManager that can say how often a job restarted (Flink's numRestarts), for health metrics only."""
+
+    def restarts(self, job_id: str) -> int | None: ...
 
 
 class FlinkApi(Protocol):

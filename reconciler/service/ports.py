@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from reconciler.alerting.facts import AppFacts
 from reconciler.core.observed import Outcome
 
 APP_STATES = ("ok", "blocked", "error", "failure")  # flink_reconciler_apps{state=...}
@@ -20,6 +22,19 @@ class PassMetrics(Protocol):
     def observe_step(self, step: str, seconds: float) -> None: ...
     def observe_reconcile(self, app: str, seconds: float, outcome: Outcome | str) -> None: ...
     def set_inflight_steps(self, count: int) -> None: ...
+
+
+@runtime_checkable
+class AppHealth(Protocol):
+    """Per-app health after each pass (the daemon's per-app metrics and its alerter; docs/alerts.md)."""
+
+    def app_health(self, facts: Sequence[AppFacts], *, full: bool, owner: str = "") -> None:
+        """The apps one pass planned; `full`: every app of `owner` (a shard, or ""), so the others are gone."""
+        ...
+
+    def forget_owner(self, owner: str) -> None:
+        """This process no longer reconciles `owner`'s apps (a shard given up)."""
+        ...
 
 
 @runtime_checkable

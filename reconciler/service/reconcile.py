@@ -46,7 +46,8 @@ from reconciler.redaction import redact_url
 from reconciler.report.reporter import Reporter
 from reconciler.report.status import LINEAGE_PREFIX, CommitStatus
 from reconciler.service import sessions
-from reconciler.service.ports import APP_STATES, AutoscaleHook, PassMetrics
+from reconciler.service.health import pass_facts
+from reconciler.service.ports import APP_STATES, AppHealth, AutoscaleHook, PassMetrics
 from reconciler.service.sharding import Shard, shard_view
 from reconciler.source.git import GitSource
 from reconciler.source.specs import spec_paths
@@ -124,6 +125,7 @@ class Reconciler:
         self._said: dict[str, tuple[tuple[str, str], str]] = {}  # app -> the blocked/error status said (_stable)
         self._states: dict[str, tuple[str, str]] = {}  # app -> (state, why) after the last pass that planned it
         self._waiting: dict[str, tuple[str, str]] = {}  # app -> (state, why) last logged while it was not ok
+        self._observed: PlanInput | None = None  # what the acting pass planned from (its apps' health facts)
         # spec.autoscale (service/autoscale.py): sampled and decided after each pass of the daemon
         self.autoscaler: AutoscaleHook | None = None
 
@@ -135,6 +137,8 @@ class Reconciler:
         as "nothing changed" would report a still-broken daemon as healthy."""
         if self.leader is not None and not self.leader():
             log.debug("standby: another replica holds the lease; not reconciling (%s)", reason)
+            if self._leading and isinstance(self.metrics, AppHealth):  # deposed: the leader's health is the truth
+                self.metrics.forget_owner(str(self.shard or ""))
             self._leading = False
             return
         if self.leader is not None and not self._leading:
@@ -375,9 +379,13 @@ class Reconciler:
     def plan(self, rev: str, *, only: Collection[str] | None = None) -> Plan:
         return self._plan(rev, only=only)
 
-    def _plan(self, rev: str, *, only: Collection[str] | None = None, track_health: bool = False) -> Plan:
-        """The plan of `rev`, session clusters included (core/session_planner.py)."""
+    def _plan(self, rev: str, *, only: Collection[str] | None = None, track_health: bool = False,
+              keep_input: bool = False) -> Plan:
+        """The plan of `rev`, session clusters included (core/session_planner.py). `keep_input`: remember what it
+        was planned from, for the apps' health facts after the pass."""
         inp = self.plan_input(rev, only=only, track_health=track_health)
+        if keep_input:
+            self._observed = inp
         return plan_with_sessions(inp, sessions.observe(self.runtime, self.load(rev)), only=only)
 
     def runtime_problems(self, loaded: LoadResult) -> tuple[SpecError, ...]:
@@ -425,7 +433,7 @@ class Reconciler:
                 the_plan = self._check_saved(saved)
             else:
                 assert rev is not None
-                the_plan = self._plan(rev, only=only, track_health=self.runtime is not None)
+                the_plan = self._plan(rev, only=only, track_health=self.runtime is not None, keep_input=True)
             if self.leader is not None and not self.leader():
                 log.warning("lost the lease while planning %s: nothing executed", the_plan.revision[:12])
                 return PassResult(the_plan.revision, the_plan, {}, resumed)
@@ -471,6 +479,13 @@ class Reconciler:
             for state, _ in self._states.values():
                 counts[state] += 1
             self.metrics.set_app_states(counts, owner=str(self.shard or ""))
+        inp, self._observed = self._observed, None
+        if isinstance(self.metrics, AppHealth) and inp is not None and inp.revision == the_plan.revision:
+            specs = {n: la.app for n, la in self._loaded.apps.items()} if self._loaded is not None else {}
+            self.metrics.app_health(
+                pass_facts(the_plan, results, inp, specs=specs, broken=self.journal.broken(),
+                           record=self.journal.record, repair_window=self.policy.repair_window),
+                full=full, owner=str(self.shard or ""))
 
     def status_text(self) -> str:
         """The status page's app lines: how many apps are in which state, and why each one that is not ok."""
@@ -505,6 +520,8 @@ class Reconciler:
         self._states = {}
         if self.metrics:
             self.metrics.set_app_states({}, owner=str(self.shard or ""))
+        if isinstance(self.metrics, AppHealth):
+            self.metrics.forget_owner(str(self.shard or ""))
 
     def _check_saved(self, saved: Plan) -> Plan:
         if saved.mode != "live":

@@ -16,7 +16,7 @@ import binascii
 import hmac
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from http import HTTPStatus
@@ -29,6 +29,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from reconciler import __version__
+from reconciler.alerting.alerter import ActiveAlert
 from reconciler.errors import ConfigError
 from reconciler.logs import mask_secrets, redact
 from reconciler.redaction import redact_url
@@ -127,8 +128,10 @@ def _finalize(value: Any) -> Any:
 
 
 class Dashboard:
-    def __init__(self, read: ReadSide, *, auth: UiAuth | None = None, title: str = "flink-reconciler") -> None:
+    def __init__(self, read: ReadSide, *, auth: UiAuth | None = None, title: str = "flink-reconciler",
+                 alerts: Callable[[], Sequence[ActiveAlert]] | None = None) -> None:
         self.read = read
+        self.alerts = alerts  # the daemon's firing alerts (alerting/alerter.py); None: `ui` has no alerter
         self.auth = auth
         self.title = title
         self.env = Environment(loader=PackageLoader("reconciler.ui", "templates"), autoescape=True,
@@ -211,6 +214,7 @@ class Dashboard:
         ctx.setdefault("tip", None)
         ctx.setdefault("refresh", 0)
         ctx.setdefault("nav", {"overview.html": "apps", "plan.html": "plan"}.get(template, ""))
+        ctx.setdefault("alerts", list(self.alerts()) if self.alerts is not None else [])
         html = self.env.get_template(template).render(now=self.read.clock.now(), mode=self.read.mode,
                                                       repo=redact(redact_url(self.read.repo_url or "")),
                                                       long=LongText(), **ctx)
