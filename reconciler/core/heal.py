@@ -21,7 +21,38 @@ from reconciler.core.plan import (
     Step,
 )
 from reconciler.core.restore import restore_when_not_running
-from reconciler.spec.model import ChangeClass, UpgradeMode
+from reconciler.spec.model import ChangeClass, JobState, UpgradeMode
+
+
+def heal_previous(ctx: Ctx, failed: AppPlan) -> AppPlan:
+    """Git's spec failed (`failed`: this spec already failed, not retried until Git changes it) and the job is not
+    running healthily: an upgrade that failed while its old job died too (a stop that failed, then a kill; a new job
+    that could not start and a rollback that could not restart the old one). The last applied spec runs again,
+    healed as if Git still asked for it: from its newest savepoint or checkpoint, never empty, with the crash-loop
+    guard and its backoff counted under that spec's hash (`recovering`, `repair_guard`, `repair`). The plan says both
+    facts, and names the failure (`AppPlan.failed`) so the commit's status stays a failure. Without a last applied
+    spec that ran (a create or a resume failed) there is nothing to go back to: `failed` stands."""
+    prev, rec = ctx.previous, ctx.inp.records.get(ctx.name)
+    if prev is None or prev.spec.job.state is not JobState.RUNNING or rec is None or ctx.previous_canonical is None:
+        return failed
+    live = ctx.live
+    if live.ha_job_id is not None and live.ha_job_id != rec.job_id:
+        # Flink's HA data of a job the record does not say runs (the failed spec's new job): never rejoined.
+        live = live.model_copy(update={"ha_job_id": None})
+    back = Ctx(ctx.name, prev, prev, live, ctx.inp, (), ctx.previous_canonical, ctx.previous_canonical)
+    kind = repair_kind(live)
+    healed = recovering(back) or repair_guard(back, kind) or repair(back)
+    at = rec.last_applied_revision
+    spec_at = f"the last applied spec (revision {at[:12]})" if at else "the last applied spec"
+    why = failed.reason.split(". Not retrying in a loop", 1)[0]
+    if healed.action is Action.REPAIR:
+        said = f"{why}; it is not retried until Git changes it. Meanwhile {spec_at} runs again: {healed.reason}"
+    elif healed.action is Action.BLOCKED:
+        said = f"{failed.reason} And {spec_at} cannot run again by itself either: {healed.reason}"
+    else:
+        said = f"{failed.reason} Meanwhile, for {spec_at}: {healed.reason}"
+    return healed.model_copy(update={"reason": said, "failed": why, "desired_revision": at,
+                                     "repair": healed.repair or kind})
 
 
 def repair(ctx: Ctx) -> AppPlan:

@@ -310,6 +310,11 @@ class AppPlan(_Frozen):
     # What the execution is, when its action alone does not say: "rollback" (`rollback APP --to REV`, an
     # upgrade to REV's spec). History and lineage name the execution by it.
     purpose: Literal["rollback"] | None = None
+    # A repair at the last applied spec because Git's spec failed and nothing runs (`core.heal.heal_previous`):
+    # why Git's spec failed (said with the repair on the commit, whose status stays a failure), and the revision
+    # the spec it deploys (`desired`, the last applied one) was applied at: its jar and its lineage belong there.
+    failed: str | None = None
+    desired_revision: str | None = None
 
     @property
     def label(self) -> str:
