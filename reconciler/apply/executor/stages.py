@@ -233,8 +233,9 @@ class Stages(StepHandlers):
         except _StageFailedError as f:
             return self._finish(
                 run, Outcome.FAILURE, failed_step=failed_step,
-                message=f"{first}; the rollback failed too: {describe_step(f.step)}: {f.cause}; "
-                        "the app is left as it is and needs a human",
+                message=f"{first}; the rollback failed too: {describe_step(f.step)}: {f.cause}; the next pass "
+                        "looks again: with no job running it starts the last applied spec again from its newest "
+                        "state (this spec is not retried until Git changes it)",
                 job_id=None, rolled_back=False,
             )
         starts = [s for s in run.plan.rollback if isinstance(s, StartJob)]
