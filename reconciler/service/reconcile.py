@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from reconciler.apply.executor import AppResult, Executor, StepEvent
 from reconciler.apply.journal import Journal, broken_reason
 from reconciler.clock import Clock
+from reconciler.core.context import FAILED_BEFORE
 from reconciler.core.observed import (
     AppRecord,
     ClusterPhase,
@@ -344,6 +345,10 @@ class Reconciler:
         """A failed repair whose job runs and has checkpointed since (its first checkpoint came after the step's
         deadline, as on a loaded machine): recorded as recovered. Any other failure stays until Git changes."""
         if rec.last_action != Action.REPAIR.value or rec.last_outcome is not Outcome.FAILURE:
+            return False
+        if (rec.last_message or "").startswith(FAILED_BEFORE):
+            # Not the repair's failure: the answer given since about Git's failed spec, while the repair of the last
+            # applied spec succeeded (core.heal.heal_previous). Recording "recovered" would flip-flop every pass.
             return False
         if la.job_id is None or la.job_id not in (rec.job_id, *rec.job_ids) or la.latest_checkpoint is None:
             return False

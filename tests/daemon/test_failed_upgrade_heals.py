@@ -79,11 +79,14 @@ def _heals_and_is_not_retried(w: World, restored_from: str) -> str:
                            f"runs again: job {job_id}; this spec already failed at revision {w.second[:12]}: "), line
     assert "(not retried until Git changes it)" in line, line
     assert restored_from in line, "and from which state"
-    for _ in range(3):  # not retried in a loop, and the job is left alone
+    w.apply()  # says once that Git's spec stays failed
+    said = len(w.rec.journal.history(APP))
+    for _ in range(3):  # not retried in a loop, the job is left alone, and nothing more is written
         again = w.apply()
         assert again is None or again.action.value == "blocked", again
         w.clock.sleep(5)
     assert w.rt.running_jobs(APP) == [job_id]
+    assert len(w.rec.journal.history(APP)) == said, [t.action for t in w.rec.journal.history(APP)][-6:]
     assert w.note(w.second).count(f"flink-reconciler/{APP}: ") == 1
     return job_id
 
