@@ -5,6 +5,8 @@ the app's record.
 
 from __future__ import annotations
 
+import re
+
 from reconciler.core.context import Ctx, age_text, ctx_start_steps, failed_before, step_deadlines
 from reconciler.core.diff import highest_class
 from reconciler.core.observed import ClusterPhase, JobPhase, LiveApp
@@ -44,15 +46,19 @@ def heal_previous(ctx: Ctx, failed: AppPlan) -> AppPlan:
     healed = recovering(back) or repair_guard(back, kind) or repair(back)
     at = rec.last_applied_revision
     spec_at = f"the last applied spec (revision {at[:12]})" if at else "the last applied spec"
-    why = failed.reason.split(". Not retrying in a loop", 1)[0]
+    # What the failure said of the old job then ("keeps running") is not true now that nothing runs: left out.
+    why = _STILL_RAN.sub("", failed.reason.split(". Not retrying in a loop", 1)[0])
     if healed.action is Action.REPAIR:
         said = f"{why}; it is not retried until Git changes it. Meanwhile {spec_at} runs again: {healed.reason}"
     elif healed.action is Action.BLOCKED:
-        said = f"{failed.reason} And {spec_at} cannot run again by itself either: {healed.reason}"
+        said = f"{_STILL_RAN.sub('', failed.reason)} And {spec_at} cannot run again by itself either: {healed.reason}"
     else:
-        said = f"{failed.reason} Meanwhile, for {spec_at}: {healed.reason}"
+        said = f"{_STILL_RAN.sub('', failed.reason)} Meanwhile, for {spec_at}: {healed.reason}"
     return healed.model_copy(update={"reason": said, "failed": why, "desired_revision": at,
                                      "repair": healed.repair or kind})
+
+
+_STILL_RAN = re.compile(r"; the old job keeps running \(Flink says job [0-9a-f]+ is RUNNING\)")
 
 
 def repair(ctx: Ctx) -> AppPlan:

@@ -33,7 +33,8 @@ def failed(**kw: Any) -> AppRecord:
         "last_outcome": "failure", "last_action": "upgrade", "job_id": OLD_JOB, "job_ids": (OLD_JOB, NEW_JOB),
         "last_message": "stop job 0000 failed: stop-with-savepoint failed: java.io.IOException: disk full",
         "failed_spec_hash": H2, "failed_revision": REV,
-        "failed_message": "stop job 0000 failed: stop-with-savepoint failed: java.io.IOException: disk full"}
+        "failed_message": "stop job 0000 failed: stop-with-savepoint failed: java.io.IOException: disk full; the old "
+                          f"job keeps running (Flink says job {OLD_JOB} is RUNNING)"}
     base.update(kw)
     return record(**base)
 
@@ -128,6 +129,8 @@ def test_heal_the_last_applied_spec_table(row: Row) -> None:
     if not row.healed:
         assert p.failed is None and p.desired == row.desired.canonical()
     elif row.previous is not None:
+        if row.action is Action.REPAIR:
+            assert "keeps running" not in p.reason, "said of the moment the stop failed, not true now"
         assert p.desired == row.previous.canonical() and not p.diff, "what runs is the last applied spec"
         assert p.failed is not None and p.failed.startswith(FAILED_BEFORE), p.failed
         assert p.desired_revision == BASE and p.repair is not None
