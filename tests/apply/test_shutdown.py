@@ -85,6 +85,7 @@ def test_a_shutdown_wakes_every_waiting_step_and_leaves_them_in_flight_to_resume
         inf = journal.inflight(ap.app)
         assert inf is not None and inf.step_index == 0 and inf.phase is StepPhase.STARTED, ap.app
         assert inf.trigger_id is not None, "the savepoint trigger stays journaled: the resume polls it"
+        assert journal.history(ap.app)[-1].action == "parked", "said in its history"
         record = journal.record(ap.app)
         assert record is not None and record.last_outcome is Outcome.PENDING, record
         assert rt.running_jobs(ap.app) == [OLD] or waiting == "retry", "the old job was never touched again"
