@@ -620,8 +620,9 @@ class Reconciler:
                 out.append(self._commit_status(rev, ap.app, Outcome.FAILURE,
                                                self._stable(rev, ap.app, "blocked: " + ap.reason)))
             elif ap.action is Action.NOOP:
-                if incremental:
-                    out.append(self._commit_status(rev, ap.app, Outcome.SUCCESS, ap.reason))
+                if incremental:  # a wait before healing the last applied spec: this commit's spec still failed
+                    out.append(self._commit_status(rev, ap.app, Outcome.FAILURE if ap.failed else Outcome.SUCCESS,
+                                                   ap.reason))
             else:  # a repair of the last applied spec because this commit's failed: the commit stays failed
                 out.append(self._commit_status(rev, ap.app, Outcome.FAILURE if ap.failed else Outcome.PENDING,
                                                _pending_text(ap)))
