@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum, StrEnum
 from pathlib import Path
-from typing import Any, Final, Protocol, TypeVar, runtime_checkable
+from typing import Any, Final, Protocol, Self, TypeVar, runtime_checkable
 from urllib.parse import unquote, urlparse
 
 from pydantic import ValidationError
@@ -197,11 +197,11 @@ class Journal:
                 continue
             if self._checked.get(app) != rec.version:
                 try:
-                    _check_version(rec.doc, f"{self.store.where}: record of app {app!r}")
+                    check_version(rec.doc, f"{self.store.where}: record of app {app!r}")
                     if not rec.doc.get("forgotten"):
-                        self._app_record(app, rec.doc)
+                        read_app_record(app, rec.doc, self.store.where)
                     if rec.doc.get("inflight"):
-                        self._inflight(app, rec.doc["inflight"])
+                        read_inflight(app, rec.doc["inflight"], self.store.where)
                 except JournalError as e:
                     broken[app] = broken_reason(app, str(e))
                     continue
@@ -270,7 +270,7 @@ class Journal:
     def close(self) -> None:
         """Nothing to release: every write is already durable. Kept for `with Journal(...)`."""
 
-    def __enter__(self) -> Journal:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -322,7 +322,8 @@ class Journal:
                 if r.doc.get("forgotten"):
                     continue
                 hit = self._built.get(app)
-                rec = hit[1] if hit is not None and hit[0] == r.version else self._app_record(app, r.doc)
+                rec = (hit[1] if hit is not None and hit[0] == r.version
+                       else read_app_record(app, r.doc, self.store.where))
                 built[app] = (r.version, rec)
                 apps[app] = rec
             self._built = built
@@ -338,34 +339,7 @@ class Journal:
         doc = self._doc(app)
         if doc is None or doc.get("forgotten"):
             return None
-        return self._app_record(app, doc)
-
-    def _app_record(self, app: str, doc: Doc) -> AppRecord:
-        r = doc.get("record") or {}
-        try:
-            return AppRecord(
-                name=app,
-                source_file=r.get("source_file"),
-                last_applied_revision=r.get("last_applied_revision"),
-                last_applied_spec=r.get("last_applied_spec"),
-                last_attempted_revision=r.get("last_attempted_revision"),
-                last_attempted_spec_hash=r.get("last_attempted_spec_hash"),
-                last_outcome=Outcome(r["last_outcome"]) if r.get("last_outcome") else None,
-                last_message=r.get("last_message"),
-                attempts=int(r.get("attempts") or 0),
-                job_id=r.get("job_id"),
-                savepoints=tuple(_savepoints(doc)),
-                last_action=r.get("last_action"),
-                unhealthy_since=datetime.fromisoformat(r["unhealthy_since"]) if r.get("unhealthy_since") else None,
-                repairs=tuple(datetime.fromisoformat(t) for t in r.get("repairs") or ()),
-                repairs_spec_hash=r.get("repairs_spec_hash"),
-                job_ids=_job_ids(doc),
-                failed_spec_hash=r.get("failed_spec_hash"),
-                failed_revision=r.get("failed_revision"),
-                failed_message=r.get("failed_message"),
-            )
-        except (ValueError, TypeError, ValidationError) as e:
-            raise JournalError(f"{self.store.where}: unreadable record of app {app!r}: {e}") from e
+        return read_app_record(app, doc, self.store.where)
 
     def namespace(self, app: str) -> str | None:
         doc = self._doc(app)
@@ -395,7 +369,7 @@ class Journal:
         number of writes to the store)."""
 
         def fn(doc: Doc) -> None:
-            _revive(doc)
+            revive(doc)
             r = doc["record"]
             if (r.get("last_attempted_revision") == revision and r.get("last_outcome") == outcome.value
                     and r.get("last_message") == message):
@@ -406,7 +380,7 @@ class Journal:
             keep_hash = r.get("last_outcome") == Outcome.FAILURE.value
             r.update(last_attempted_revision=revision,
                      last_attempted_spec_hash=r.get("last_attempted_spec_hash") if keep_hash else None,
-                     last_outcome=outcome.value, last_message=message, attempts=_next_attempt(r, revision))
+                     last_outcome=outcome.value, last_message=message, attempts=next_attempt(r, revision))
             if source_file is not None:
                 r["source_file"] = source_file
             self._transition(doc, revision, action, outcome=outcome, message=message)
@@ -433,13 +407,13 @@ class Journal:
         def fn(doc: Doc) -> None:
             if doc.get("inflight") is not None:
                 raise JournalError(f"{self.store.where}: app {app!r} has an unfinished execution; resume it first")
-            _revive(doc)
+            revive(doc)
             r = doc["record"]
             desired_hash = spec_hash(app_plan.desired) if app_plan.desired is not None else None
             r.update(
                 last_attempted_revision=revision,
                 last_attempted_spec_hash=desired_hash,
-                last_outcome=Outcome.PENDING.value, last_message=app_plan.reason, attempts=_next_attempt(r, revision),
+                last_outcome=Outcome.PENDING.value, last_message=app_plan.reason, attempts=next_attempt(r, revision),
                 last_action=app_plan.action.value,
             )
             if app_plan.failed and not r.get("failed_spec_hash") and r.get("last_attempted_spec_hash"):
@@ -452,7 +426,7 @@ class Journal:
                 r.pop("unhealthy_since", None)  # a job down again after the repair gets a new grace period
             if app_plan.source_file:
                 r["source_file"] = app_plan.source_file
-            ns = _namespace_of(app_plan)
+            ns = plan_namespace(app_plan)
             if ns:
                 doc["namespace"] = ns
             doc["inflight"] = {
@@ -467,35 +441,13 @@ class Journal:
         doc = self._doc(app)
         if doc is None or not doc.get("inflight"):
             return None
-        return self._inflight(app, doc["inflight"])
+        return read_inflight(app, doc["inflight"], self.store.where)
 
     def all_inflight(self) -> dict[str, InFlight]:
         with self._mutex:
-            return {app: self._inflight(app, r.doc["inflight"]) for app, r in sorted(self._records().items())
+            return {app: read_inflight(app, r.doc["inflight"], self.store.where)
+                    for app, r in sorted(self._records().items())
                     if r.doc.get("inflight")}
-
-    def _inflight(self, app: str, f: Doc) -> InFlight:
-        try:
-            return InFlight(
-                app=app,
-                revision=f["revision"],
-                plan=AppPlan.model_validate(f["plan"]),
-                stage=Stage(f["stage"]),
-                step_index=int(f["step_index"]),
-                phase=StepPhase(f["phase"]),
-                trigger_id=f.get("trigger_id"),
-                captured_path=f.get("captured_path"),
-                captured_kind=f.get("captured_kind"),
-                submitted_job_id=f.get("submitted_job_id"),
-                failed_step=f.get("failed_step"),
-                failure=f.get("failure"),
-                started_at=datetime.fromisoformat(f["started_at"]),
-                updated_at=datetime.fromisoformat(f["updated_at"]),
-                restored_from=f.get("restored_from"),
-                step_times=_step_times(f.get("step_times")),
-            )
-        except (KeyError, TypeError, ValueError, ValidationError) as e:
-            raise JournalError(f"{self.store.where}: unreadable in-flight record of app {app!r}: {e}") from e
 
     def step_started(self, app: str, index: int, **scratch: str | None) -> None:
         """Mark step `index` of the current stage as started, before it has any effect outside.
@@ -509,7 +461,7 @@ class Journal:
 
     def set_scratch(self, app: str, **scratch: str | None) -> None:
         """Record what a running step learned (e.g. our trigger id, before the request goes out)."""
-        _check_scratch(scratch)
+        check_scratch(scratch)
         if not scratch:
             return
 
@@ -533,7 +485,7 @@ class Journal:
         self._update(app, fn)
 
     def _set_step(self, app: str, index: int, phase: StepPhase, scratch: dict[str, str | None]) -> None:
-        _check_scratch(scratch)
+        check_scratch(scratch)
 
         def fn(doc: Doc) -> None:
             f = doc.get("inflight")
@@ -612,7 +564,7 @@ class Journal:
     def _lineage(self, doc: Doc, f: Doc, outcome: Outcome, job_id: str | Keep | None, *,
                  rolled_back: bool = False) -> Lineage:
         started = datetime.fromisoformat(f["started_at"])
-        produced = tuple(sp.path for sp in _savepoints(doc) if sp.revision == f["revision"] and (
+        produced = tuple(sp.path for sp in savepoints_of(doc) if sp.revision == f["revision"] and (
             sp.taken_at >= started or sp.path == f.get("captured_path")))
         plan = f.get("plan") or {}
         action = str(plan.get("purpose") or plan.get("action", "?")) + (" -> rolled back" if rolled_back else "")
@@ -633,18 +585,7 @@ class Journal:
         return entry
 
     def lineage(self, app: str) -> list[Lineage]:
-        return self._lineage_of(app, self._doc(app))
-
-    def _lineage_of(self, app: str, doc: Doc | None) -> list[Lineage]:
-        out = []
-        for e in (doc or {}).get("lineage", []):
-            try:
-                out.append(Lineage(revision=e["revision"], at=datetime.fromisoformat(e["at"]), action=e["action"],
-                                   outcome=Outcome(e["outcome"]), restored_from=e.get("restored_from"),
-                                   savepoints=tuple(e.get("savepoints") or ()), job_id=e.get("job_id")))
-            except (KeyError, TypeError, ValueError) as err:
-                raise JournalError(f"{self.store.where}: unreadable lineage of app {app!r}: {err}") from err
-        return out
+        return read_lineage(app, self._doc(app), self.store.where)
 
     def mark_deleted(self, app: str) -> None:
         """The app's cluster is gone because Git said so: nothing is applied any more, but the record
@@ -669,7 +610,7 @@ class Journal:
         """A job of exactly this spec runs but no record said so (the records were lost): it is applied."""
 
         def fn(doc: Doc) -> None:
-            _revive(doc)
+            revive(doc)
             if doc["record"].get("last_applied_spec") == spec:
                 return
             message = "a job of this spec was running without a record: recorded as applied"
@@ -731,7 +672,7 @@ class Journal:
         since = self._clock.now() - max_age if max_age is not None else None
 
         def fn(doc: Doc) -> list[SavepointRecord]:
-            savepoints = _savepoints(doc)
+            savepoints = savepoints_of(doc)
             ordered = sorted(enumerate(savepoints), key=lambda x: (x[1].taken_at, x[0]), reverse=True)
             keep = set(protect)
             if ordered:
@@ -739,7 +680,8 @@ class Journal:
             f = doc.get("inflight")
             if f and f.get("captured_path"):
                 keep.add(f["captured_path"])
-            keep |= protected_rollback_points(self._lineage_of(app, doc), savepoints, window=retain, since=since)
+            lineage = read_lineage(app, doc, self.store.where)
+            keep |= protected_rollback_points(lineage, savepoints, window=retain, since=since)
             counted = [sp for _, sp in ordered if sp.kind != "manual"]
             doomed = [sp for i, sp in enumerate(counted) if sp.path not in keep and (
                 i >= retain or (since is not None and sp.taken_at < since))]
@@ -796,17 +738,7 @@ class Journal:
     # ---- history --------------------------------------------------------------------------------
 
     def history(self, app: str) -> list[Transition]:
-        doc = self._doc(app)
-        try:
-            return [
-                Transition(at=datetime.fromisoformat(t["at"]), revision=t.get("revision"), action=t["action"],
-                           outcome=Outcome(t["outcome"]) if t.get("outcome") else None, message=t.get("message"),
-                           last_seen=datetime.fromisoformat(t["last_seen"]) if t.get("last_seen") else None,
-                           count=int(t.get("count") or 1))
-                for t in (doc or {}).get("transitions", [])
-            ]
-        except (KeyError, TypeError, ValueError) as e:
-            raise JournalError(f"{self.store.where}: unreadable history of app {app!r}: {e}") from e
+        return read_transitions(app, self._doc(app), self.store.where)
 
     def note(self, app: str, action: str, message: str, *, revision: str | None = None,
              outcome: Outcome | None = None) -> None:
@@ -887,6 +819,87 @@ class Journal:
         del lines[:-MAX_TRANSITIONS]
 
 
+def read_app_record(app: str, doc: Doc, where: str) -> AppRecord:
+    """The app's `AppRecord`, read from its document (`where` names the store in errors)."""
+    r = doc.get("record") or {}
+    try:
+        return AppRecord(
+            name=app,
+            source_file=r.get("source_file"),
+            last_applied_revision=r.get("last_applied_revision"),
+            last_applied_spec=r.get("last_applied_spec"),
+            last_attempted_revision=r.get("last_attempted_revision"),
+            last_attempted_spec_hash=r.get("last_attempted_spec_hash"),
+            last_outcome=Outcome(r["last_outcome"]) if r.get("last_outcome") else None,
+            last_message=r.get("last_message"),
+            attempts=int(r.get("attempts") or 0),
+            job_id=r.get("job_id"),
+            savepoints=tuple(savepoints_of(doc)),
+            last_action=r.get("last_action"),
+            unhealthy_since=datetime.fromisoformat(r["unhealthy_since"]) if r.get("unhealthy_since") else None,
+            repairs=tuple(datetime.fromisoformat(t) for t in r.get("repairs") or ()),
+            repairs_spec_hash=r.get("repairs_spec_hash"),
+            job_ids=_job_ids(doc),
+            failed_spec_hash=r.get("failed_spec_hash"),
+            failed_revision=r.get("failed_revision"),
+            failed_message=r.get("failed_message"),
+        )
+    except (ValueError, TypeError, ValidationError) as e:
+        raise JournalError(f"{where}: unreadable record of app {app!r}: {e}") from e
+
+
+def read_inflight(app: str, f: Doc, where: str) -> InFlight:
+    """The execution in flight, read from the document's `inflight` part."""
+    try:
+        return InFlight(
+            app=app,
+            revision=f["revision"],
+            plan=AppPlan.model_validate(f["plan"]),
+            stage=Stage(f["stage"]),
+            step_index=int(f["step_index"]),
+            phase=StepPhase(f["phase"]),
+            trigger_id=f.get("trigger_id"),
+            captured_path=f.get("captured_path"),
+            captured_kind=f.get("captured_kind"),
+            submitted_job_id=f.get("submitted_job_id"),
+            failed_step=f.get("failed_step"),
+            failure=f.get("failure"),
+            started_at=datetime.fromisoformat(f["started_at"]),
+            updated_at=datetime.fromisoformat(f["updated_at"]),
+            restored_from=f.get("restored_from"),
+            step_times=_step_times(f.get("step_times")),
+        )
+    except (KeyError, TypeError, ValueError, ValidationError) as e:
+        raise JournalError(f"{where}: unreadable in-flight record of app {app!r}: {e}") from e
+
+
+def read_lineage(app: str, doc: Doc | None, where: str) -> list[Lineage]:
+    """The lineage kept in the document, oldest first."""
+    out = []
+    for e in (doc or {}).get("lineage", []):
+        try:
+            out.append(Lineage(revision=e["revision"], at=datetime.fromisoformat(e["at"]), action=e["action"],
+                               outcome=Outcome(e["outcome"]), restored_from=e.get("restored_from"),
+                               savepoints=tuple(e.get("savepoints") or ()), job_id=e.get("job_id")))
+        except (KeyError, TypeError, ValueError) as err:
+            raise JournalError(f"{where}: unreadable lineage of app {app!r}: {err}") from err
+    return out
+
+
+def read_transitions(app: str, doc: Doc | None, where: str) -> list[Transition]:
+    """The history lines kept in the document, oldest first."""
+    try:
+        return [
+            Transition(at=datetime.fromisoformat(t["at"]), revision=t.get("revision"), action=t["action"],
+                       outcome=Outcome(t["outcome"]) if t.get("outcome") else None, message=t.get("message"),
+                       last_seen=datetime.fromisoformat(t["last_seen"]) if t.get("last_seen") else None,
+                       count=int(t.get("count") or 1))
+            for t in (doc or {}).get("transitions", [])
+        ]
+    except (KeyError, TypeError, ValueError) as e:
+        raise JournalError(f"{where}: unreadable history of app {app!r}: {e}") from e
+
+
 def _step_times(raw: object) -> dict[str, tuple[datetime | None, datetime | None]]:
     """The in-flight doc's step times; anything unreadable in them is dropped (they are for display only)."""
     out: dict[str, tuple[datetime | None, datetime | None]] = {}
@@ -902,7 +915,7 @@ def _step_times(raw: object) -> dict[str, tuple[datetime | None, datetime | None
     return out
 
 
-def _savepoints(doc: Doc) -> list[SavepointRecord]:
+def savepoints_of(doc: Doc) -> list[SavepointRecord]:
     sps = [SavepointRecord.model_validate(s) for s in doc.get("savepoints", [])]
     return [sp for _, sp in sorted(enumerate(sps), key=lambda x: (x[1].taken_at, x[0]))]
 
@@ -918,7 +931,7 @@ def _job_ids(doc: Doc) -> tuple[str, ...]:
     return tuple(dict.fromkeys(j for j in flat if isinstance(j, str) and j))
 
 
-def _next_attempt(r: Doc, revision: str) -> int:
+def next_attempt(r: Doc, revision: str) -> int:
     if r.get("last_attempted_revision") == revision:
         return int(r.get("attempts") or 0) + 1
     return 1
@@ -945,13 +958,13 @@ def _failure_of(failed: str) -> str:
     return what if sep and head.startswith("this spec already failed") else failed
 
 
-def _revive(doc: Doc) -> None:
+def revive(doc: Doc) -> None:
     """A forgotten app that Git brings back starts a new record (its history lines stay)."""
     if doc.get("forgotten"):
         doc.update(forgotten=False, record={"attempts": 0})
 
 
-def _check_scratch(scratch: dict[str, str | None]) -> None:
+def check_scratch(scratch: dict[str, str | None]) -> None:
     unknown = set(scratch) - SCRATCH_KEYS
     if unknown:
         raise ValueError(f"unknown scratch keys {sorted(unknown)}; known: {sorted(SCRATCH_KEYS)}")
@@ -970,7 +983,7 @@ def broken_reason(app: str, problem: str) -> str:
             "in git notes show (from a savepoint or checkpoint, or blocked; never from empty state)")
 
 
-def _check_version(doc: Doc, where: str) -> None:
+def check_version(doc: Doc, where: str) -> None:
     if doc.get("kind") != RECORD_KIND:
         raise JournalError(f"{where}: not a flink-reconciler record (kind {doc.get('kind')!r})")
     version = doc.get("version")
@@ -981,7 +994,7 @@ def _check_version(doc: Doc, where: str) -> None:
                            f"version knows up to {SCHEMA_VERSION}); upgrade flink-reconciler")
 
 
-def _namespace_of(app_plan: AppPlan) -> str | None:
+def plan_namespace(app_plan: AppPlan) -> str | None:
     for spec in (app_plan.desired, app_plan.previous):
         ns = ((spec or {}).get("metadata") or {}).get("namespace")
         if isinstance(ns, str) and ns:

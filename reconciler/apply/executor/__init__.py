@@ -6,7 +6,7 @@ backoff until that deadline. Every step handler is idempotent given the journal'
 within this process and a resume after a crash are the same code path.
 
 Built in layers, one concern per module, each a class extending the one beneath and calling only what is
-beneath it:
+beneath it (import-linter keeps it so):
   entry.py       `Executor`: `run`, `run_app`, `resume`, `resume_all`; apps in parallel, each one's failure its own
   stages.py      one execution's state machine: forward steps; abort, rollback, park or interrupted on a failure;
                  each stage's steps journaled, with deadline and retries

@@ -1,5 +1,5 @@
 """What every part of the executor shares: its wiring (runtime, journal, clock, poll interval, backoff), one
-execution's in-process bookkeeping (`_Run`; the durable part is the journal), and what every part looks up or
+execution's in-process bookkeeping (`Run`; the durable part is the journal), and what every part looks up or
 does: the plan's specs and the job jar (fetched once per execution), the journaled execution, a job's state and
 Flink's root cause, and the one poll-wait of every waiting step (`_wait`: sleep a poll interval, or fail with
 DeadlineExceededError once the step's deadline has come).
@@ -32,7 +32,7 @@ _MAX_CAUSE = 2000
 
 
 @dataclass
-class _Run:
+class Run:
     """Mutable bookkeeping of one execution in this process (the durable part is the journal)."""
 
     app: str
@@ -43,7 +43,7 @@ class _Run:
     jars: dict[SpecRef, Path | None] = field(default_factory=dict)
 
 
-class _StageFailedError(Exception):
+class StageFailedError(Exception):
     """A stage stopped at a step (internal control flow)."""
 
     def __init__(self, index: int, step: Step, cause: str) -> None:
@@ -81,7 +81,7 @@ class ExecutorBase:
         self.backoff = backoff or Backoff()
         self.cleanup_deadline_s = cleanup_deadline_s
 
-    def _spec(self, run: _Run, ref: SpecRef) -> FlinkApp:
+    def _spec(self, run: Run, ref: SpecRef) -> FlinkApp:
         if ref not in run.specs:
             raw = run.plan.desired if ref is SpecRef.DESIRED else run.plan.previous
             if raw is None:
@@ -92,7 +92,7 @@ class ExecutorBase:
                 raise PermanentStepError(f"the plan's {ref.value} spec is invalid: {e}") from e
         return run.specs[ref]
 
-    def _jar(self, run: _Run, ref: SpecRef) -> Path | None:
+    def _jar(self, run: Run, ref: SpecRef) -> Path | None:
         if ref not in run.jars:
             run.jars[ref] = self.resolve_jar(self._spec(run, ref))
         return run.jars[ref]
@@ -114,7 +114,7 @@ class ExecutorBase:
             causes = flink.exceptions(job_id)
         except ReconcilerError:
             return None
-        return _short(causes[0]) if causes else None
+        return clip(causes[0]) if causes else None
 
     def _wait(self, deadline: float, what: str, *, flink: FlinkApi | None = None, job_id: str | None = None,
               interval: float | None = None) -> None:
@@ -122,14 +122,16 @@ class ExecutorBase:
         now = self.clock.monotonic()
         if now >= deadline:
             cause = self._root_cause(flink, job_id) if flink is not None and job_id is not None else None
-            raise DeadlineExceededError(f"deadline passed waiting for {what}{_suffix(cause)}")
+            raise DeadlineExceededError(f"deadline passed waiting for {what}{suffix(cause)}")
         self.clock.sleep(min(interval or self.poll_interval, deadline - now))
 
 
-def _short(text: str, limit: int = _MAX_CAUSE) -> str:
+def clip(text: str, limit: int = _MAX_CAUSE) -> str:
+    """A cause (Flink's, an exception's) cut to `limit` characters for a message or the journal."""
     text = text.strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _suffix(cause: str | None) -> str:
+def suffix(cause: str | None) -> str:
+    """The ": <cause>" that ends a message, or "" when there is no cause."""
     return f": {cause}" if cause else ""

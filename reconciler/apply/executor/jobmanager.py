@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from reconciler.apply.executor.execution import ExecutorBase, _Run
+from reconciler.apply.executor.execution import ExecutorBase, Run
 from reconciler.core.observed import ClusterPhase
 from reconciler.core.plan import EnsureCluster, SpecRef, StartStandbyCluster, Step, StopWithSavepoint
 from reconciler.errors import JobManagerGoneError, ReconcilerError
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 class JobManagerProbe(ExecutorBase):
     """Is the JobManager dead for good; restart what was killed."""
 
-    def _jobmanager_alive(self, run: _Run, *, new_spec_too: bool = False) -> None:
+    def _jobmanager_alive(self, run: Run, *, new_spec_too: bool = False) -> None:
         """Raise JobManagerGoneError when the app's JobManager is dead and the app has no HA (kill -9 mid-upgrade):
         its jobs are gone with it, so waiting for a savepoint or a job until the step's deadline, then parking or
         rolling back onto that cluster, would keep the app down. The job's state is in its retained checkpoints."""
@@ -39,7 +39,7 @@ class JobManagerProbe(ExecutorBase):
             raise JobManagerGoneError(f"the JobManager is not running ({info.message or 'dead'}); without high "
                                       "availability its jobs are gone with it")
 
-    def _fail_fast_if_jobmanager_died(self, run: _Run, step: Step) -> None:
+    def _fail_fast_if_jobmanager_died(self, run: Run, step: Step) -> None:
         """After a failed attempt of a forward step: a dead JobManager that nothing restarts (local processes) will
         not answer before the deadline either, so the step ends now (JobManagerGoneError), not minutes later with
         the app down meanwhile. Not a cluster being started (the spec's own doing); the stop probes on its own. On
@@ -49,7 +49,7 @@ class JobManagerProbe(ExecutorBase):
             return
         self._jobmanager_alive(run, new_spec_too=True)
 
-    def _restart_missing(self, run: _Run, waiting: str, *, default: SpecRef | None = None) -> None:
+    def _restart_missing(self, run: Run, waiting: str, *, default: SpecRef | None = None) -> None:
         """A step waiting for the job's tasks (a savepoint refused because they are not running; a new job waiting
         for slots) may wait for a process killed during the upgrade: restart it on the live cluster, at the spec
         that cluster runs (by hash; else `default`), so Flink can run the tasks before the step's deadline. Nothing

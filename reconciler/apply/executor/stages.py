@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from reconciler.apply.executor.events import AppResult, EventPhase, StepEvent
-from reconciler.apply.executor.execution import TERMINAL_STATES, _Run, _short, _StageFailedError
+from reconciler.apply.executor.execution import TERMINAL_STATES, Run, StageFailedError, clip
 from reconciler.apply.executor.steps import StepHandlers
 from reconciler.apply.journal import KEEP, InFlight, Keep, Stage, StepPhase
 from reconciler.apply.rescale import in_place_done
@@ -62,7 +62,7 @@ class Stages(StepHandlers):
 
     def _drive(self, app: str) -> AppResult:
         inf = self._inflight(app)
-        run = _Run(app=app, plan=inf.plan, revision=inf.revision)
+        run = Run(app=app, plan=inf.plan, revision=inf.revision)
         plan = inf.plan
         if inf.stage is Stage.FORWARD:
             if inf.step_index == 0 and inf.phase is StepPhase.PENDING and any(
@@ -78,7 +78,7 @@ class Stages(StepHandlers):
                                         job_id=KEEP)
             try:
                 self._run_stage(run, Stage.FORWARD, plan.steps, self._next_index(inf))
-            except _StageFailedError as f:
+            except StageFailedError as f:
                 no_rollback = plan.rollback_after is None or f.index <= plan.rollback_after or not plan.rollback
                 # A dead JobManager (no HA, nothing restarts it) is a fault, not the spec's failure: interrupted, and
                 # the next pass restarts from the newest state. After the stop, once per spec (a second death under
@@ -114,7 +114,7 @@ class Stages(StepHandlers):
             return self._abort(run, inf)
         return self._roll_back(run, inf)
 
-    def _abort(self, run: _Run, inf: InFlight) -> AppResult:
+    def _abort(self, run: Run, inf: InFlight) -> AppResult:
         """A step up to the stop failed: the old job was not touched. Undo what the plan did beside it (discard
         a warm standby), so nothing of the failed attempt is left. If that fails too, the execution stays in
         flight and the next pass tries again: a leftover cluster is never forgotten."""
@@ -122,7 +122,7 @@ class Stages(StepHandlers):
         first = f"{failed_step} failed: {inf.failure}"
         try:
             self._run_stage(run, Stage.ABORT, run.plan.abort, self._next_index(inf))
-        except _StageFailedError as f:
+        except StageFailedError as f:
             return self._park(run, f, message=(
                 f"{first}; the old job was not touched, but {describe_step(f.step)} failed too ({f.cause}): the "
                 "transition stays in flight and the next pass tries again"))
@@ -130,7 +130,7 @@ class Stages(StepHandlers):
         return self._finish(run, Outcome.FAILURE, failed_step=failed_step,
                             message=f"{first}{self._old_job_now(run)} (undone: {undone})", job_id=KEEP)
 
-    def _old_job_now(self, run: _Run) -> str:
+    def _old_job_now(self, run: Run) -> str:
         """What became of the job the plan was to stop, as Flink says now (a stop that failed leaves it running,
         unless its JobManager died meanwhile): said as seen, never assumed. '' for a plan with no old job."""
         old = next((s.job_id for s in run.plan.steps if isinstance(s, StopWithSavepoint | CancelJob)), None)
@@ -139,7 +139,7 @@ class Stages(StepHandlers):
         try:
             state = self._job_state(self.runtime.flink(run.app), old)
         except ReconcilerError as e:
-            return (f"; the old job {old} cannot be seen ({_short(str(e), 300)}): if nothing runs, the next pass "
+            return (f"; the old job {old} cannot be seen ({clip(str(e), 300)}): if nothing runs, the next pass "
                     "starts the last applied spec again from its newest state")
         if state == "RUNNING":
             return f"; the old job keeps running (Flink says job {old} is RUNNING)"
@@ -148,7 +148,7 @@ class Stages(StepHandlers):
         return (f"; the old job {old} is {state or 'gone'}: nothing runs, and the next pass starts the last applied "
                 "spec again from its newest state")
 
-    def _stop_outcome_unknown(self, run: _Run, step: StopWithSavepoint) -> bool:
+    def _stop_outcome_unknown(self, run: Run, step: StopWithSavepoint) -> bool:
         """Whether a failed stop-with-savepoint may still have stopped the job: its trigger was journaled (so
         the request may have reached Flink) and one last look cannot settle it. Settled means Flink answered
         that the savepoint failed, or does not know our trigger while the job still runs (it never got it)."""
@@ -171,7 +171,7 @@ class Stages(StepHandlers):
         self.journal.set_scratch(run.app, trigger_id=None)
         return False
 
-    def _interrupted(self, run: _Run, f: _StageFailedError) -> AppResult:
+    def _interrupted(self, run: Run, f: StageFailedError) -> AppResult:
         """The job to stop died with its JobManager (no HA) before it gave a savepoint: this execution cannot go on.
         It ends as interrupted, not as a failure of the spec: the next pass sees no job and restarts the app from
         its newest checkpoint or savepoint (self-healing, `core.heal`), or says BLOCKED when it finds none."""
@@ -179,7 +179,7 @@ class Stages(StepHandlers):
             f"interrupted: {describe_step(f.step)}: {f.cause}; the next pass restarts the app from its newest "
             "checkpoint or savepoint"), job_id=KEEP, interrupted=True)
 
-    def _park(self, run: _Run, f: _StageFailedError, *, message: str | None = None) -> AppResult:
+    def _park(self, run: Run, f: StageFailedError, *, message: str | None = None) -> AppResult:
         """A stop-with-savepoint whose outcome is unknown (the request may have reached Flink, and no answer
         said it failed) is not finished: the old job may have stopped with a savepoint we have not seen. It
         stays in flight, and the next pass polls the same trigger again (and finishes the upgrade, or fails it
@@ -197,7 +197,7 @@ class Stages(StepHandlers):
             return len(inf.steps)
         return inf.step_index + 1 if inf.phase is StepPhase.DONE else inf.step_index
 
-    def _succeed(self, run: _Run) -> AppResult:
+    def _succeed(self, run: Run) -> AppResult:
         plan = run.plan
         job_id: str | Keep | None = KEEP
         starts = [s for s in plan.steps if isinstance(s, StartJob)]
@@ -223,14 +223,14 @@ class Stages(StepHandlers):
         return self._finish(run, Outcome.SUCCESS, failed_step=None, message=message, job_id=job_id,
                             applied_spec=plan.desired)
 
-    def _roll_back(self, run: _Run, inf: InFlight) -> AppResult:
+    def _roll_back(self, run: Run, inf: InFlight) -> AppResult:
         failed_step = inf.failed_step or "a step"
         first = f"{failed_step} failed: {inf.failure}"
         try:
             if inf.step_index == 0 and inf.phase is not StepPhase.DONE:
                 self._cancel_failed_job(run, inf.submitted_job_id)
             self._run_stage(run, Stage.ROLLBACK, run.plan.rollback, self._next_index(inf))
-        except _StageFailedError as f:
+        except StageFailedError as f:
             return self._finish(
                 run, Outcome.FAILURE, failed_step=failed_step,
                 message=f"{first}; the rollback failed too: {describe_step(f.step)}: {f.cause}; the next pass "
@@ -245,7 +245,7 @@ class Stages(StepHandlers):
             job_id=starts[-1].job_id if starts else KEEP, rolled_back=True,
         )
 
-    def _cancel_failed_job(self, run: _Run, job_id: str | None) -> None:
+    def _cancel_failed_job(self, run: Run, job_id: str | None) -> None:
         """Before rolling back, make sure the new job we submitted is not running (and holding slots)."""
         if job_id is None:
             return
@@ -264,11 +264,11 @@ class Stages(StepHandlers):
         try:
             self._with_retries(run, step, lambda deadline: self._cancel_and_wait(run.app, job_id, deadline))
         except StepError as e:
-            raise _StageFailedError(0, step, f"could not cancel the failed new job {job_id}: {e}") from e
+            raise StageFailedError(0, step, f"could not cancel the failed new job {job_id}: {e}") from e
 
     def _finish(
         self,
-        run: _Run,
+        run: Run,
         outcome: Outcome,
         *,
         failed_step: str | None,
@@ -293,7 +293,7 @@ class Stages(StepHandlers):
 
     # ---- running a stage --------------------------------------------------------------------------
 
-    def _run_stage(self, run: _Run, stage: Stage, steps: tuple[Step, ...], start: int) -> None:
+    def _run_stage(self, run: Run, stage: Stage, steps: tuple[Step, ...], start: int) -> None:
         rollback = stage is not Stage.FORWARD
         for index in range(start, len(steps)):
             step = steps[index]
@@ -314,17 +314,17 @@ class Stages(StepHandlers):
                            message=str(e))
                 if isinstance(step, RescaleInPlace) and stage is Stage.FORWARD:  # the steps after it: its fallback
                     self.journal.note(run.app, "fallback", f"in-place rescale to parallelism {step.parallelism} "
-                                      f"failed ({_short(str(e), 500)}); running the regular upgrade instead",
+                                      f"failed ({clip(str(e), 500)}); running the regular upgrade instead",
                                       revision=run.revision, outcome=Outcome.PENDING)
                     continue
-                raise _StageFailedError(index, step, _short(str(e))) from e
+                raise StageFailedError(index, step, clip(str(e))) from e
             except Exception as e:  # a bug in a handler or port: fail this app's step, not the process
                 log.exception("%s: step %s raised unexpectedly", run.app, step.type)
                 self._record_timing(run, step, t0, rollback)
                 cause = f"internal error: {type(e).__name__}: {e}"
                 self._emit(run, step, EventPhase.FAILED, t0, index=index, count=len(steps), rollback=rollback,
                            message=cause)
-                raise _StageFailedError(index, step, _short(cause)) from e
+                raise StageFailedError(index, step, clip(cause)) from e
             self.journal.step_done(run.app, index, **scratch)
             self._record_timing(run, step, t0, rollback)
             self._emit(run, step, EventPhase.DONE, t0, index=index, count=len(steps), rollback=rollback)
@@ -332,7 +332,7 @@ class Stages(StepHandlers):
                 return  # rescaled in place: the steps after it are its fallback
 
     def _with_retries(
-        self, run: _Run, step: Step, attempt_fn: Callable[[float], R], *, index: int = 0, count: int = 1,
+        self, run: Run, step: Step, attempt_fn: Callable[[float], R], *, index: int = 0, count: int = 1,
         rollback: bool = False,
     ) -> R:
         """Call `attempt_fn(deadline)` until it returns, retrying transient errors with backoff."""
@@ -366,11 +366,11 @@ class Stages(StepHandlers):
                        message=f"{last} (retry in {delay:g}s)")
             self.clock.sleep(delay)
 
-    def _record_timing(self, run: _Run, step: Step, t0: float, rollback: bool) -> None:
+    def _record_timing(self, run: Run, step: Step, t0: float, rollback: bool) -> None:
         run.timings.append((("rollback:" if rollback else "") + step.type, self.clock.monotonic() - t0))
 
     def _emit(
-        self, run: _Run, step: Step, phase: EventPhase, t0: float, *, index: int, count: int, rollback: bool,
+        self, run: Run, step: Step, phase: EventPhase, t0: float, *, index: int, count: int, rollback: bool,
         message: str | None = None,
     ) -> None:
         if self.on_event is None:

@@ -15,7 +15,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Final
 
-from reconciler.apply.executor.execution import TERMINAL_STATES, _Run, _short, _suffix
+from reconciler.apply.executor.execution import TERMINAL_STATES, Run, clip, suffix
 from reconciler.apply.executor.jobmanager import JobManagerProbe
 from reconciler.apply.journal import Stage
 from reconciler.apply.operator_steps import suspend_operator
@@ -65,7 +65,7 @@ _MISSING_LOOK_S = 10.0  # how long a new job waits for its tasks before a look f
 class StepHandlers(JobManagerProbe):
     """What each step kind does; `_handle` picks the handler."""
 
-    def _handle(self, run: _Run, stage: Stage, step: Step, deadline: float) -> dict[str, str | None]:
+    def _handle(self, run: Run, stage: Stage, step: Step, deadline: float) -> dict[str, str | None]:
         """Do one step (idempotently); return the scratch data to journal with its completion."""
         match step:
             case EnsureCluster():
@@ -124,7 +124,7 @@ class StepHandlers(JobManagerProbe):
                                      "spec.upgrade.clusterStrategy: cold")
         return self.runtime
 
-    def _start_standby(self, run: _Run, step: StartStandbyCluster, deadline: float) -> None:
+    def _start_standby(self, run: Run, step: StartStandbyCluster, deadline: float) -> None:
         info = self._standby_runtime().start_standby(self._spec(run, step.spec), generation=step.generation,
                                                      deadline=deadline, jar=self._jar(run, step.spec))
         if info.phase is ClusterPhase.FAILED:
@@ -132,7 +132,7 @@ class StepHandlers(JobManagerProbe):
         if info.phase is not ClusterPhase.READY:
             raise TransientStepError(f"the standby cluster is {info.phase.value}: {info.message or 'not ready yet'}")
 
-    def _record_on_cluster(self, run: _Run) -> None:
+    def _record_on_cluster(self, run: Run) -> None:
         """After an in-place rescale: the cluster's own copy of the spec (what first sight adopts when the
         records are lost) becomes the desired one, by the cluster's apply, which keeps every pod and JVM (the
         parallelism is in no config hash). Best effort: the job already runs at the new parallelism, and a
@@ -143,21 +143,21 @@ class StepHandlers(JobManagerProbe):
         except ReconcilerError as e:
             log.warning("%s: rescaled in place, but the cluster's copy of the spec was not updated: %s", run.app, e)
 
-    def _ensure_cluster(self, run: _Run, step: EnsureCluster, deadline: float) -> None:
+    def _ensure_cluster(self, run: Run, step: EnsureCluster, deadline: float) -> None:
         info = self.runtime.ensure_cluster(self._spec(run, step.spec), deadline=deadline)
         if info.phase is ClusterPhase.FAILED:
             raise PermanentStepError(f"the cluster failed to start: {info.message or 'no reason given'}")
         if info.phase is not ClusterPhase.READY:
             raise TransientStepError(f"the cluster is {info.phase.value}: {info.message or 'not ready yet'}")
 
-    def _stop_with_savepoint(self, run: _Run, step: StopWithSavepoint, deadline: float) -> dict[str, str | None]:
+    def _stop_with_savepoint(self, run: Run, step: StopWithSavepoint, deadline: float) -> dict[str, str | None]:
         try:
             return self._stop_attempt(run, step, deadline)
         except (ObserveError, StepError):
             self._jobmanager_alive(run)  # only when an attempt failed: no extra observe on the upgrade's path
             raise
 
-    def _stop_attempt(self, run: _Run, step: StopWithSavepoint, deadline: float) -> dict[str, str | None]:
+    def _stop_attempt(self, run: Run, step: StopWithSavepoint, deadline: float) -> dict[str, str | None]:
         inf = self._inflight(run.app)
         flink = self.runtime.flink(run.app)
         trigger = inf.trigger_id
@@ -201,8 +201,8 @@ class StepHandlers(JobManagerProbe):
                     self.journal.set_scratch(run.app, trigger_id=None)
                     if is_transient_text(status.failure):
                         self._restart_missing(run, "the savepoint waited for the job's tasks", default=SpecRef.PREVIOUS)
-                        raise TransientStepError(f"savepoint refused for now: {_short(status.failure, 300)}")
-                    raise PermanentStepError(f"stop-with-savepoint failed: {_short(status.failure)}")
+                        raise TransientStepError(f"savepoint refused for now: {clip(status.failure, 300)}")
+                    raise PermanentStepError(f"stop-with-savepoint failed: {clip(status.failure)}")
                 if not status.location:
                     self.journal.set_scratch(run.app, trigger_id=None)
                     raise PermanentStepError("stop-with-savepoint completed without a savepoint location")
@@ -222,7 +222,7 @@ class StepHandlers(JobManagerProbe):
         rec = self.journal.record(app)
         return rec is not None and any(s.path == path and s.job_id == job_id for s in rec.savepoints)
 
-    def _cancel_job(self, run: _Run, step: CancelJob, deadline: float) -> dict[str, str | None]:
+    def _cancel_job(self, run: Run, step: CancelJob, deadline: float) -> dict[str, str | None]:
         state = self._cancel_and_wait(run.app, step.job_id, deadline)
         if not step.capture_checkpoint:
             return {}
@@ -259,7 +259,7 @@ class StepHandlers(JobManagerProbe):
                 continue
             self._wait(deadline, f"job {job_id} to finish cancelling (state {state})")
 
-    def _start_job(self, run: _Run, step: StartJob, deadline: float) -> None:
+    def _start_job(self, run: Run, step: StartJob, deadline: float) -> None:
         match step.restore.kind:
             case RestoreKind.NONE:
                 restore: str | None = None
@@ -283,7 +283,7 @@ class StepHandlers(JobManagerProbe):
         if started != step.job_id:
             raise PermanentStepError(f"the runtime started job {started}, not the planned {step.job_id}")
 
-    def _restore_path(self, run: _Run, step: StartJob) -> str | None:
+    def _restore_path(self, run: Run, step: StartJob) -> str | None:
         if step.restore.kind is RestoreKind.CAPTURED:
             return self._inflight(run.app).captured_path
         return step.restore.path if step.restore.kind is RestoreKind.PATH else None
@@ -296,7 +296,7 @@ class StepHandlers(JobManagerProbe):
         except (StepError, ObserveError):
             return False
 
-    def _await_running(self, run: _Run, step: AwaitRunning, deadline: float) -> None:
+    def _await_running(self, run: Run, step: AwaitRunning, deadline: float) -> None:
         flink = self.runtime.flink(run.app)
         look = self.clock.monotonic() + _MISSING_LOOK_S
         while True:
@@ -316,17 +316,17 @@ class StepHandlers(JobManagerProbe):
         try:
             job = flink.job(job_id)
         except JobNotFoundError as e:
-            raise PermanentStepError(f"job {job_id} does not exist{_suffix(self._root_cause(flink, job_id))}") from e
+            raise PermanentStepError(f"job {job_id} does not exist{suffix(self._root_cause(flink, job_id))}") from e
         phase = job_phase(job.state, job.tasks_running, job.tasks_total, job.tasks_finished)
         if phase is JobPhase.RUNNING:
             return None
         if phase is JobPhase.FAILING:
-            raise PermanentStepError(f"job {job_id} is {job.state}{_suffix(self._root_cause(flink, job_id))}")
+            raise PermanentStepError(f"job {job_id} is {job.state}{suffix(self._root_cause(flink, job_id))}")
         if job.state.upper() in TERMINAL_STATES | {"CANCELLING"}:
-            raise PermanentStepError(f"job {job_id} ended ({job.state}){_suffix(self._root_cause(flink, job_id))}")
+            raise PermanentStepError(f"job {job_id} ended ({job.state}){suffix(self._root_cause(flink, job_id))}")
         return f"{job.state}, {job.tasks_running}/{job.tasks_total} tasks running"
 
-    def _await_healthy(self, run: _Run, stage: Stage, step: AwaitHealthy, deadline: float) -> None:
+    def _await_healthy(self, run: Run, stage: Stage, step: AwaitHealthy, deadline: float) -> None:
         conf = self._spec(run, self._spec_ref_of(run, stage, step.job_id)).spec.flink_configuration
         interval = conf.get(CHECKPOINT_INTERVAL_KEY)
         if interval is None or _ZERO_DURATION.match(interval):
@@ -346,7 +346,7 @@ class StepHandlers(JobManagerProbe):
                        flink=flink, job_id=step.job_id)
 
     @staticmethod
-    def _spec_ref_of(run: _Run, stage: Stage, job_id: str) -> SpecRef:
+    def _spec_ref_of(run: Run, stage: Stage, job_id: str) -> SpecRef:
         """The spec a job was started from: its StartJob's, else the stage's natural one."""
         for steps in (run.plan.rollback, run.plan.steps) if stage is Stage.ROLLBACK else (run.plan.steps,):
             for s in steps:
