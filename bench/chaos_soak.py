@@ -167,7 +167,7 @@ class Daemon:
     def start(cls, log_path: Path, **settings: object) -> Daemon:
         env = {k: v for k, v in os.environ.items() if not k.upper().startswith("FLINK_RECONCILER_")}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-        for key, value in {"listen_port": 0, "log_format": "json", **settings}.items():
+        for key, value in {"listen_port": 0, "probe_port": 0, "log_format": "json", **settings}.items():
             env[f"FLINK_RECONCILER_{key.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
         with log_path.open("ab") as err:
             # Its own session: a Ctrl-C meant for the soak must not reach it (the soak stops it itself).

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -40,7 +41,7 @@ def first_byte(url: str) -> tuple[float, int]:
     host, port = url.split("//")[1].split(":")
     t0 = time.perf_counter()
     with socket.create_connection((host, int(port))) as s:
-        s.sendall(b"GET / HTTP/1.0\r\nHost: x\r\nAccept: text/html\r\n\r\n")
+        s.sendall(b"GET / HTTP/1.0\r\nHost: localhost\r\nAccept: text/html\r\n\r\n")
         first = s.recv(65536)
         t_first = time.perf_counter() - t0
         data = first
@@ -54,7 +55,7 @@ def first_byte(url: str) -> tuple[float, int]:
 def fetch(url: str) -> bytes:
     host, port = url.split("//")[1].split(":")
     with socket.create_connection((host, int(port))) as s:
-        s.sendall(b"GET / HTTP/1.0\r\nHost: x\r\nAccept: text/html\r\n\r\n")
+        s.sendall(b"GET / HTTP/1.0\r\nHost: localhost\r\nAccept: text/html\r\n\r\n")
         data = b""
         while chunk := s.recv(65536):
             data += chunk
@@ -74,9 +75,10 @@ def measure(n: int, repeat: int, root: Path) -> dict[str, object]:
         execute(journal, rev, ap)
     write_s = time.perf_counter() - t0
     proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "ui", "--listen", "127.0.0.1:0",
-                             "--state-dir", str(root / "state"), "--repo", str(repo.origin), "--dry-run",
+                             "--state-dir", str(root / "state"), "--repo", str(repo.origin),
                              "--cache-dir", str(root / "cache")], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+                            stderr=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "FLINK_RECONCILER_DRY_RUN": "true"})
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().split()[1].rstrip("/")

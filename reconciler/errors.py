@@ -7,6 +7,7 @@ Callers decide by class, never by message text::
     ├── SpecError                   bad input in Git: file:line:col + field path (one app only)
     │   └── SpecLimitError          alias bomb, huge file, too many documents
     ├── SourceError                 Git: clone/fetch/read failed, unknown revision
+    │   └── SourceMovedError        a fast-forward push lost the race: the branch moved meanwhile (decide again)
     ├── ObserveError                live state could not be read (cluster or REST unreachable)
     ├── PlanError                   the planner cannot produce a plan
     │   └── PlanStaleError          `apply --plan` refused: live state moved since planning
@@ -142,6 +143,11 @@ class ReportError(ReconcilerError):
 
 class JobNotFoundError(ObserveError):
     """The JobManager does not know this job (e.g. a restarted JobManager forgot it)."""
+
+
+class SourceMovedError(SourceError):
+    """A fast-forward-only push lost the race: the branch moved on origin while the commit was written. Nothing
+    was pushed; not a refusal (run again on the new tip)."""
 
 
 class SourceAuthError(SourceError):

@@ -102,18 +102,35 @@ class Settings(BaseSettings):
         25.0, description="Seconds SIGTERM allows to finish or park the current step before exiting."
     )
     # --- HTTP -------------------------------------------------------------------------------------
-    listen_host: str = Field("127.0.0.1", description="Address of the webhook/health/metrics server.")
-    listen_port: int = Field(8080, ge=0, le=65535, description="Port of that server (0: any free port).")
+    listen_host: str = Field("127.0.0.1", description="Address of the public port: webhooks and the dashboard.")
+    listen_port: int = Field(8080, ge=0, le=65535, description="The public port (0: any free port).")
     github_webhook_secret: SecretStr | None = Field(None, description="GitHub webhook secret (secret).")
     gitlab_webhook_token: SecretStr | None = Field(None, description="GitLab webhook secret token (secret).")
     gitea_webhook_secret: SecretStr | None = Field(None, description="Gitea webhook secret (secret).")
+    probe_host: str | None = Field(None, description=(
+        "Address of the probe listener: `/healthz`, `/readyz` and `/metrics` on a port of their own, apart from "
+        "the webhooks and the dashboard (default: `listen_host`)."))
+    probe_port: int = Field(8081, ge=0, le=65535, description="Port of the probe listener (0: any free port).")
+    allowed_hosts: Annotated[tuple[str, ...], NoDecode] = Field((), description=(
+        "Host names the public port answers besides `localhost`, `127.0.0.1`, `[::1]` and `listen_host`, "
+        "comma-separated (the names browsers and forges use: an Ingress host, the Service's DNS names); any "
+        "other Host gets 421, against DNS rebinding. `*`: any Host. `/webhook` is exempt (its signature guards "
+        "it)."))
+    max_connections_per_client: int = Field(32, ge=1, le=10000, description=(
+        "Connections one client address may hold open on the public port; one more gets 503."))
+    webhook_enabled: bool = Field(True, description=(
+        "Serve `POST /webhook`. On an address other than loopback it needs a forge secret (the daemon refuses to "
+        "start without one)."))
+    insecure_ui: bool = Field(False, description=(
+        "Serve the dashboard on an address other than loopback without `ui_auth` (refused otherwise)."))
     ui_enabled: bool = Field(True, description=(
         "Serve the read-only web dashboard ([ui.md](ui.md)) on this port: `/` for a browser (plain text for "
         "anything else, and always at `/status.txt`), `/apps/<name>`, `/plan`."))
     ui_auth: SecretStr | None = Field(None, description=(
         "Who may see the dashboard: `bearer:<token>` (an `Authorization: Bearer` header, or the browser's "
         "basic-auth prompt with the token as password) or `basic-file:<path>` (a file of `user:password` lines); "
-        "unset: anyone who reaches the port (secret)."))
+        "unset: anyone who reaches the port, which is refused on an address other than loopback unless "
+        "`insecure_ui` (secret)."))
     # --- commit status ----------------------------------------------------------------------------
     status_sink: Literal["notes", "github", "gitlab", "gitea", "none"] = Field(
         "notes", description="Where commit statuses go: git notes, a forge's status API, or nowhere."
@@ -157,7 +174,7 @@ class Settings(BaseSettings):
         "share the shards through those Leases, each holding at most ceil(shards / live replicas).",
     )
 
-    @field_validator("namespaces", mode="before")
+    @field_validator("namespaces", "allowed_hosts", mode="before")
     @classmethod
     def _split_namespaces(cls, value: object) -> object:
         if isinstance(value, str):

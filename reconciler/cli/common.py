@@ -40,12 +40,15 @@ def output_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", choices=["table", "json"], default="table", help="output format (default: %(default)s)")
 
 
-def runtime_flags(p: argparse.ArgumentParser, *, repo: bool = True) -> None:
+def runtime_flags(p: argparse.ArgumentParser, *, repo: bool = True, acting: bool = True) -> None:
+    """`acting`: the command plans or applies (--dry-run, --max-parallel); a read-only one (`ui`) has neither."""
     p.add_argument("--state-dir", type=Path, default=None,
                    help="records, local clusters, savepoints and the Git cache (default: .state)")
     p.add_argument("--runtime", choices=["local", "kubernetes"], default=None,
                    help="where Flink runs: JVMs on this host or a Kubernetes cluster (default: local)")
     p.add_argument("--branch", default=None, help="Git branch to follow (default: main)")
+    if not acting:
+        return
     p.add_argument("--dry-run", action="store_true", default=None,
                    help="no runtime: observe an empty runtime, plan and report only (default: off)")
     p.add_argument("--max-parallel", type=int, default=None, metavar="N",

@@ -62,7 +62,10 @@ def add_ui(sub: Subparsers) -> None:
     ui.add_argument("--poll-interval", default=None, metavar="DURATION",
                     help="time between Git fetches of the branch tip (default: 15s)")
     ui.add_argument("--cache-dir", type=Path, help=CACHE_HELP)
-    runtime_flags(ui)
+    ui.add_argument("--insecure-ui", action="store_true", default=None,
+                    help="serve the dashboard without ui_auth on an address other than loopback, which is refused "
+                         "otherwise (default: off)")
+    runtime_flags(ui, acting=False)
     ui.set_defaults(func=cmd_ui)
 
 
@@ -83,7 +86,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
     import signal
 
     from reconciler.apply.journal import Journal
-    from reconciler.daemon.http import Endpoints, HttpServer
+    from reconciler.daemon.http import Endpoints, HttpServer, allowed_hosts, refuse_unsafe_exposure
+    from reconciler.daemon.http_server import Limits
     from reconciler.daemon.metrics import Metrics
     from reconciler.daemon.webhooks import WebhookSecrets
     from reconciler.logs import mask_secrets
@@ -95,15 +99,18 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from reconciler.ui.web import Dashboard, UiAuth
 
     repo = repo_arg(args.repo) or os.environ.get("FLINK_RECONCILER_REPO_URL")
-    settings = settings_of(args, **({"repo_url": repo} if repo else {}))
+    settings = settings_of(args, **({"repo_url": repo} if repo else {}),
+                           **({"insecure_ui": True} if args.insecure_ui else {}))
     mask_secrets(*(v.get_secret_value() for v in (settings.git_token, settings.forge_token, settings.ui_auth,
                                                    settings.github_webhook_secret, settings.gitlab_webhook_token,
                                                    settings.gitea_webhook_secret) if v is not None))
     host, _, port_text = args.listen.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
     try:
         port = int(port_text)
     except ValueError:
         raise ConfigError(f"--listen {args.listen}: expected [HOST:]PORT") from None
+    refuse_unsafe_exposure(settings, host, webhook=False)
     clock = SystemClock()
     if not settings.state_dir.is_dir():
         print(f"note: {settings.state_dir} does not exist (yet): no records to show until `apply` or the daemon "
@@ -138,10 +145,11 @@ def cmd_ui(args: argparse.Namespace) -> int:
         lines += [f"  {r.badge.label:12} {r.name}: {r.why}" for r in rows if r.state != "in-sync"][:200]
         return "\n".join(lines) + "\n"
 
-    server = HttpServer(host or "127.0.0.1", port, Endpoints(
+    server = HttpServer(host, port, Endpoints(
         secrets=WebhookSecrets(), branch=settings.branch, on_push=lambda _event: False,
         readiness=lambda: (True, "ok: read-only dashboard"), metrics=Metrics(), status_page=status_page,
-        ui=dashboard))
+        ui=dashboard, webhook=False), hosts=allowed_hosts(host, settings.allowed_hosts),
+        limits=Limits(max_per_client=settings.max_connections_per_client))
     server.start()
     print(f"dashboard: {server.url}/  (read-only; records in {settings.state_dir}"
           + (f", branch {settings.branch} of {read.repo_url and _redacted_url(read.repo_url)}" if repo else "")

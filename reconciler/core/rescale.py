@@ -5,17 +5,22 @@ With Flink's adaptive scheduler a job's parallelism can change through its resou
 parallelism from its own latest checkpoint, so there is no savepoint, no new job and no jar upload. The
 planner first plans the regular upgrade; `in_place_rescale` then either returns it unchanged or puts a
 `RescaleInPlace` step in front of it, the regular steps becoming its fallback (they run only when the
-rescale fails or Flink does not adopt it in time; see `reconciler.apply.rescale`). Pure.
+rescale fails or Flink does not adopt it in time; see `reconciler.apply.rescale`). When the change also raises
+`taskManager.replicas` so the slots hold the new parallelism (what the autoscaler commits with
+`autoscale.maxTaskManagers`), the new TaskManagers are started first (`EnsureCluster`, which adds TaskManagers
+without touching the JobManager or the job): the adaptive scheduler only runs the job at a parallelism it has
+slots for. Pure.
 """
 
 from __future__ import annotations
 
 from reconciler.core.diff import field_name, highest_class
 from reconciler.core.observed import JobPhase, LiveApp
-from reconciler.core.plan import Action, AppPlan, AwaitHealthy, FieldChange, RescaleInPlace
+from reconciler.core.plan import Action, AppPlan, AwaitHealthy, EnsureCluster, FieldChange, RescaleInPlace, Step
 from reconciler.spec.model import ChangeClass, FlinkApp
 
 PARALLELISM_PATH = "/spec/job/parallelism"
+REPLICAS_PATH = "/spec/taskManager/replicas"
 
 
 def in_place_rescale(upgrade: AppPlan, desired: FlinkApp, previous: FlinkApp | None, live: LiveApp,
@@ -34,12 +39,18 @@ def in_place_rescale(upgrade: AppPlan, desired: FlinkApp, previous: FlinkApp | N
     old, new = previous.spec.job.parallelism, desired.spec.job.parallelism
     step = RescaleInPlace(job_id=live.job_id, parallelism=new, previous_parallelism=old,
                           deadline_s=max(1.0, desired.spec.deadlines.rescale.total_seconds()))
-    shifted = None if upgrade.rollback_after is None else upgrade.rollback_after + 1
+    first: tuple[Step, ...] = (step,)
+    tms = ""
+    old_tm, new_tm = previous.spec.task_manager.replicas, desired.spec.task_manager.replicas
+    if new_tm > old_tm:
+        first = (EnsureCluster(deadline_s=max(1.0, desired.spec.deadlines.start.total_seconds())), step)
+        tms = f" on taskManager.replicas {old_tm} -> {new_tm} (started first, the job untouched)"
+    shifted = None if upgrade.rollback_after is None else upgrade.rollback_after + len(first)
     return upgrade.model_copy(update={
         "action": Action.SCALE,
-        "reason": f"spec.job.parallelism {old} -> {new}: rescaled in place by the adaptive scheduler (the same "
+        "reason": f"spec.job.parallelism {old} -> {new}{tms}: rescaled in place by the adaptive scheduler (the same "
                   f"job keeps running, restarted from its own latest checkpoint); if that fails: {upgrade.reason}",
-        "steps": (step, *upgrade.steps),
+        "steps": (*first, *upgrade.steps),
         "rollback_after": shifted,
     })
 
@@ -51,12 +62,13 @@ def _why_not(upgrade: AppPlan, desired: FlinkApp, previous: FlinkApp | None, liv
     if live.job is not JobPhase.RUNNING or live.job_id is None:
         return f"job {live.job_id} is {live.job.value} ({live.flink_state}), not running every task"
     new = desired.spec.job.parallelism
-    tm = previous.spec.task_manager
-    if new > tm.replicas * tm.slots:
+    tm, new_tm = previous.spec.task_manager, desired.spec.task_manager
+    more_tms = new_tm.replicas > tm.replicas and new_tm.slots == tm.slots
+    if new > (new_tm.replicas if more_tms else tm.replicas) * tm.slots:
         return (f"parallelism {new} needs {new} task slots and the running cluster has {tm.replicas * tm.slots} "
                 f"(taskManager.replicas {tm.replicas} x slots {tm.slots}), so it is not a parallelism-only change")
-    others = sorted({field_name(c.path) for c in changes
-                     if c.change_class >= ChangeClass.SCALE and c.path != PARALLELISM_PATH})
+    ok = {PARALLELISM_PATH, REPLICAS_PATH} if more_tms else {PARALLELISM_PATH}
+    others = sorted({field_name(c.path) for c in changes if c.change_class >= ChangeClass.SCALE and c.path not in ok})
     if others:
         return f"{', '.join(others[:3])} changed too ({highest_class(changes).label}), not only the parallelism"
     if not any(isinstance(s, AwaitHealthy) for s in upgrade.steps):

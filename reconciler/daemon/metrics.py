@@ -89,7 +89,8 @@ class Metrics:
         )
         self.http_refused = Counter(
             f"{PREFIX}_http_connections_refused",
-            "Connections refused (too_many_connections) or cut at the request deadline (deadline).",
+            "Connections refused (too_many_connections, too_many_from_client), requests refused for their Host "
+            "header (host), or bodies not received within the request deadline (deadline).",
             ["reason"],
             registry=r,
         )
@@ -157,6 +158,13 @@ class Metrics:
             ["app", "direction"],
             registry=r,
         )
+        self.autoscale_push_refused = Gauge(
+            f"{PREFIX}_autoscale_push_refused",
+            "1 while origin refuses the autoscaler's pushes for an app (a protected branch, a hook): it backs off and "
+            "only recommends until a push is accepted again.",
+            ["app"],
+            registry=r,
+        )
 
     # --- recording helpers (what the service and the daemon call) ---------------------------------
     def observe_reconcile(self, app: str, seconds: float, outcome: Outcome | str) -> None:
@@ -178,6 +186,9 @@ class Metrics:
 
     def count_autoscale_commit(self, app: str, direction: str) -> None:
         self.autoscale_commits.labels(app, direction).inc()
+
+    def set_autoscale_push_refused(self, app: str, refused: bool) -> None:
+        self.autoscale_push_refused.labels(app).set(1 if refused else 0)
 
     def set_app_states(self, counts: dict[str, int], *, owner: str = "") -> None:
         """The apps of one reconciler (a shard's, or the only one) by state; the gauge is the sum over owners."""

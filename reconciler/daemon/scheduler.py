@@ -26,7 +26,8 @@ from pydantic import SecretStr
 from reconciler import __version__
 from reconciler.clock import Clock, SystemClock
 from reconciler.daemon.dashboard import dashboard_for
-from reconciler.daemon.http import Endpoints, HttpServer
+from reconciler.daemon.http import Endpoints, HttpServer, ProbeServer, allowed_hosts, refuse_unsafe_exposure
+from reconciler.daemon.http_server import Limits
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.ports import AsksForPasses, ReconcileService, StatusSource
 from reconciler.daemon.webhooks import WebhookEvent, WebhookSecrets
@@ -203,6 +204,8 @@ class Daemon:
             executors={"default": ThreadPoolExecutor(max_workers=1)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
         )
+        webhook = settings.webhook_enabled
+        refuse_unsafe_exposure(settings, settings.listen_host, webhook=webhook)
         self.http = HttpServer(
             settings.listen_host,
             settings.listen_port,
@@ -214,14 +217,26 @@ class Daemon:
                 metrics=metrics,
                 status_page=self.status_page,
                 ui=dashboard_for(service, settings, self.clock),
+                webhook=webhook,
             ),
+            hosts=allowed_hosts(settings.listen_host, settings.allowed_hosts),
+            limits=Limits(max_per_client=settings.max_connections_per_client),
+        )
+        self.probes = ProbeServer(
+            settings.probe_host or settings.listen_host, settings.probe_port, readiness=self.readiness,
+            metrics=metrics, alive=self.http.alive,
         )
 
     # --- life cycle -------------------------------------------------------------------------------
     def start(self) -> None:
         """Serve HTTP, start the worker with a full startup pass, then schedule poll and drift."""
         self._started_at = self.clock.now()
-        self.http.start()
+        self.probes.start()
+        try:
+            self.http.start()
+        except BaseException:
+            self.probes.stop()
+            raise
         self.runner.start()
         self.runner.request(full=True, trigger="startup", reason="startup")
         if isinstance(self.service, AsksForPasses):
@@ -283,6 +298,7 @@ class Daemon:
             clean = False
             log.error("the running sync did not end within the %.1fs shutdown deadline", deadline)
         self.http.stop()
+        self.probes.stop()
         log.info("daemon stopped", extra={"clean": clean})
         return clean
 

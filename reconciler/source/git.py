@@ -36,7 +36,7 @@ from urllib.parse import unquote, urlsplit
 import git
 from pydantic import SecretStr
 
-from reconciler.errors import SourceAuthError, SourceError, SourceUnreachableError
+from reconciler.errors import SourceAuthError, SourceError, SourceMovedError, SourceUnreachableError
 from reconciler.source.git_text import (
     SCP_LIKE,
     URL_USERINFO,
@@ -752,7 +752,7 @@ class GitSource:
                                            f"{sha}:refs/heads/{self.branch}"], network=True)
             if status != 0:
                 if _lost_race(out, err):
-                    raise SourceError(f"branch {self.branch!r} on {self._url} moved while the commit was written; "
+                    raise SourceMovedError(f"branch {self.branch!r} on {self._url} moved while the commit was written; "
                                       "nothing was pushed: run the command again")
                 raise self._classify(f"push to {self._url}", err)
             self._run(["update-ref", f"refs/heads/{self.branch}", sha], what="update the branch")

@@ -341,6 +341,9 @@ class AutoscaleCommit(SpecModel):
         return v
 
 
+MIN_AUTOSCALE_WINDOW = timedelta(seconds=1)
+
+
 class AutoscaleSpec(SpecModel):
     """Autoscaling from Flink's own metrics, with Git the truth: a decision is a recommendation or a commit."""
 
@@ -379,6 +382,31 @@ class AutoscaleSpec(SpecModel):
     min_change: int = change(
         ChangeClass.IGNORE, "Smallest parallelism change worth a rescale.", default=1, ge=1, le=32768,
     )
+    utilisation_min: float | None = change(
+        ChangeClass.IGNORE, "Lower edge of the utilisation band: no scale-down while every vertex is at least this "
+        "busy at the current parallelism (the operator's job.autoscaler.utilization.min). Default: "
+        "targetUtilisation - 0.1.", default=None, ge=0.0, le=1.0, allow_inf_nan=False,
+    )
+    utilisation_max: float | None = change(
+        ChangeClass.IGNORE, "Upper edge of the utilisation band: no scale-up while no vertex is busier than this "
+        "(the operator's job.autoscaler.utilization.max). Default: targetUtilisation + 0.1, at most 1.0.",
+        default=None, ge=0.0, le=1.0, allow_inf_nan=False,
+    )
+    scale_up_max_factor: float = change(
+        ChangeClass.IGNORE, "A scale-up goes at most to current x (1 + this) (the operator's "
+        "job.autoscaler.scale-up.max-factor).", default=100000.0, gt=0.0, le=100000.0, allow_inf_nan=False,
+    )
+    scale_down_max_factor: float = change(
+        ChangeClass.IGNORE, "A scale-down goes at least to current x (1 - this): 0.6 drops at most 60 % of the "
+        "parallelism in one step, 1 any (the operator's job.autoscaler.scale-down.max-factor).", default=0.6,
+        gt=0.0, le=1.0, allow_inf_nan=False,
+    )
+    max_task_managers: int | None = change(
+        ChangeClass.IGNORE, "When set, a scale-up whose parallelism the task slots would not hold also raises "
+        "taskManager.replicas, up to this many TaskManagers, in the same commit (an app with a cluster of its own; "
+        "never lowered by the autoscaler). Unset: the parallelism is capped by the slots in the spec.",
+        default=None, ge=1, le=1000,
+    )
     commit: AutoscaleCommit = change(ChangeClass.IGNORE, "Where commit mode writes.", default=AutoscaleCommit())
 
     @field_validator("mode", mode="before")
@@ -387,11 +415,31 @@ class AutoscaleSpec(SpecModel):
         # YAML 1.1 reads a bare `off` as false.
         return "off" if v is False else v
 
+    @field_validator("window")
+    @classmethod
+    def _window_positive(cls, v: timedelta) -> timedelta:
+        # A zero window would decide on two samples taken a moment apart, or, never full, wait forever.
+        if v < MIN_AUTOSCALE_WINDOW:
+            raise ValueError(f"the autoscale window must be at least {MIN_AUTOSCALE_WINDOW.total_seconds():g}s "
+                             "(the metrics it averages), e.g. '5m'")
+        return v
+
     @model_validator(mode="after")
     def _bounds(self) -> AutoscaleSpec:
         if self.min > self.max:
             raise ValueError(f"autoscale min ({self.min}) is above max ({self.max})")
+        lo, hi = self.band
+        if not lo <= self.target_utilisation <= hi:
+            raise ValueError(f"autoscale targetUtilisation ({self.target_utilisation}) is outside its band "
+                             f"utilisationMin..utilisationMax ({lo}..{hi})")
         return self
+
+    @property
+    def band(self) -> tuple[float, float]:
+        """(utilisationMin, utilisationMax) with their defaults: the target +- 0.1."""
+        lo = self.utilisation_min if self.utilisation_min is not None else max(0.0, self.target_utilisation - 0.1)
+        hi = self.utilisation_max if self.utilisation_max is not None else min(1.0, self.target_utilisation + 0.1)
+        return round(lo, 6), round(hi, 6)
 
 
 class AppSpec(SpecModel):

@@ -107,6 +107,14 @@ def test_help_of_run_documents_its_flags(capsys: pytest.CaptureFixture[str]) -> 
     assert "docs/daemon.md" in out
 
 
+def test_the_read_only_ui_offers_no_flag_that_only_acting_commands_use(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["ui", "--help"])
+    out = capsys.readouterr().out
+    assert "--dry-run" not in out and "--max-parallel" not in out
+    assert "--insecure-ui" in out and "--state-dir" in out
+
+
 def test_readme_cli_section_shows_the_real_top_level_help(capsys: pytest.CaptureFixture[str],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "100")  # the width the README's copy was taken at

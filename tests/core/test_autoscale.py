@@ -73,13 +73,12 @@ def test_lag_is_worked_off_within_catch_up_and_bounds_apply() -> None:
     # lag 810000: 1000 rec/s -> 13 wanted; capped by slots, autoscale.max, the vertex's max parallelism
     huge = [job(1, at=t, rate=100.0, busy=1000.0, lag=810_000.0) for t in at]
     a = decide(SPEC, inputs(1, slots=4), huge)
-    assert (a.proposed, a.vertices[1].limit) == (4, "capped at 4 by task slots (taskManager.replicas x slots) "
-                                                    "(wanted 13)")
+    assert (a.proposed, a.limit) == (4, "capped at 4 by task slots (taskManager.replicas x slots) (wanted 13)")
     assert decide(SPEC, inputs(1), huge).proposed == 8  # autoscale.max
     a = decide(SPEC, inputs(1), [job(1, at=t, rate=100.0, busy=1000.0, lag=810_000.0, maxp=5) for t in at])
-    assert a.proposed == 5 and "max parallelism" in (a.vertices[1].limit or "")
-    raised = decide(SPEC.model_copy(update={"min": 3}), inputs(1), series(1, rate=100.0, busy=1000.0))
-    assert raised.proposed == 3 and "autoscale.min" in (raised.vertices[1].limit or "")
+    assert a.proposed == 5 and "max parallelism" in (a.limit or "")
+    raised = decide(SPEC.model_copy(update={"min": 3}), inputs(3), series(3, rate=100.0, busy=1000.0))
+    assert raised.proposed == 4  # at 3 busy: 100/s per subtask, 300 / 80 -> 4
 
 
 def test_key_group_alignment_only_when_close() -> None:
@@ -110,7 +109,7 @@ def test_no_decision_on_incomplete_metrics_or_mid_rescale_or_short_window() -> N
     s = series(1, rate=100.0, busy=1000.0)
     gappy = [*s[:-1], job(1, at=s[-1].at, rate=100.0, busy=1000.0, missing=("count-per-key: busyTimeMsPerSecond",))]
     assert "incomplete metrics" in decide(SPEC, inputs(1), gappy).reason
-    mid = [*s[:-1], job(1, at=s[-1].at, rate=100.0, busy=1000.0, count_p=2)]
+    mid = [*s[:-1], job(2, at=s[-1].at, rate=100.0, busy=1000.0)]  # no vertex at job.parallelism 1 yet
     assert "rescale is in progress" in decide(SPEC, inputs(1), mid).reason
     short = series(1, seconds=20, rate=100.0, busy=1000.0)  # 20s of a 30s window at now=+20s
     a = decide(SPEC, inputs(1, now_s=20), short)
@@ -138,8 +137,11 @@ def test_min_change_suppresses_small_moves() -> None:
 def test_scale_down_waits_its_delay_and_takes_the_highest_called_for() -> None:
     # at 4, 40 rec/s, 20% busy: 50 rec/s per subtask -> 40 / 40 -> 1
     low = series(4, rate=40.0, busy=200.0)
-    first = decide(SPEC, inputs(4), low)
+    first = decide(SPEC.model_copy(update={"scale_down_max_factor": 1.0}), inputs(4), low)
     assert first.verdict is Verdict.WAIT and first.wanted == 1 and "waiting out scaleDownDelay" in first.reason
+    # scaleDownMaxFactor 0.6 (the default): at most 60 % fewer in one step: 4 -> 2
+    capped = decide(SPEC, inputs(4), low)
+    assert capped.wanted == 2 and capped.limit == "held at 2 by scaleDownMaxFactor 0.6 (wanted 1)"
     assert first.scale_down == ScaleDown(since=T0 + timedelta(seconds=40), peak=1)
     # meanwhile one window called for 2: the peak is kept
     carried = ScaleDown(since=T0 + timedelta(seconds=40), peak=2)

@@ -93,12 +93,16 @@ ROWS = [
         "spec.job.parallelism changed (upgrade): savepoint upgrade via savepoint"),
     Row("args too: not parallelism-only", spec(1), spec(2, job={"args": ["--rate", "7"]}), Action.UPGRADE,
         UPGRADE_STEPS, "(not rescaled in place: spec.job.args changed too (upgrade), not only the parallelism)"),
-    Row("more slots than the cluster has", spec(2, taskManager={"replicas": 1, "slots": 2}),
-        spec(4, taskManager={"replicas": 2, "slots": 2}), Action.UPGRADE, UPGRADE_STEPS,
-        "(not rescaled in place: parallelism 4 needs 4 task slots and the running cluster has 2 "
-        "(taskManager.replicas 1 x slots 2), so it is not a parallelism-only change)"),
-    Row("replicas too, within the slots", spec(1), spec(2, taskManager={"replicas": 2}), Action.UPGRADE,
-        UPGRADE_STEPS, "(not rescaled in place: spec.taskManager.replicas changed too (upgrade)"),
+    Row("more TaskManagers for the new parallelism: started first, then in place",
+        spec(2, taskManager={"replicas": 1, "slots": 2}), spec(4, taskManager={"replicas": 2, "slots": 2}),
+        Action.SCALE, ("EnsureCluster", *RESCALE_STEPS), "parallelism 2 -> 4 on taskManager.replicas 1 -> 2 "
+        "(started first, the job untouched): rescaled in place"),
+    Row("fewer TaskManagers with the parallelism: not in place", spec(4, taskManager={"replicas": 2, "slots": 2}),
+        spec(2, taskManager={"replicas": 1, "slots": 2}), Action.UPGRADE, UPGRADE_STEPS,
+        "(not rescaled in place: spec.taskManager.replicas changed too (upgrade)"),
+    Row("more slots per TaskManager: not in place", spec(1, taskManager={"replicas": 1, "slots": 2}),
+        spec(2, taskManager={"replicas": 2, "slots": 4}), Action.UPGRADE, UPGRADE_STEPS,
+        "changed too (upgrade), not only the parallelism"),
     Row("checkpointing off: a rescale would restart from empty state", _no_ckpt(1), _no_ckpt(2), Action.UPGRADE,
         UPGRADE_STEPS[:-1],
         "(not rescaled in place: checkpointing is off"),
@@ -127,12 +131,13 @@ def test_in_place_rescale_table(row: Row) -> None:
     if row.action is Action.BLOCKED:
         return
     if row.action is Action.SCALE:
-        first = p.steps[0]
+        tms = 1 if p.steps[0].type == "EnsureCluster" else 0
+        first = p.steps[tms]
         assert isinstance(first, RescaleInPlace)
         assert (first.job_id, first.parallelism, first.previous_parallelism) == (
             JOB, row.desired.spec.job.parallelism, row.previous.spec.job.parallelism)
         assert first.deadline_s == row.desired.spec.deadlines.rescale.total_seconds() == 120
-        assert p.rollback_after == 1, "a failure after the fallback's stop rolls back, as in the upgrade"
+        assert p.rollback_after == 1 + tms, "a failure after the fallback's stop rolls back, as in the upgrade"
         assert tuple(s.type for s in p.rollback) == ("EnsureCluster", "StartJob", "AwaitRunning")
         assert "the steps below run instead" in describe_step(first)
     else:

@@ -107,6 +107,7 @@ def make_settings(tmp_path: Path) -> Iterator[Callable[..., Settings]]:
             "repo_url": "https://git.example.com/acme/flink-apps.git",
             "state_dir": tmp_path / "state",
             "listen_port": 0,
+            "probe_port": 0,
             "poll_interval": 3600,
             "drift_interval": 3600,
             "shutdown_deadline": 5,

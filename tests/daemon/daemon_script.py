@@ -83,6 +83,7 @@ def main() -> int:
             "repo_url": "https://git.example.com/acme/flink-apps.git",
             "state_dir": state_dir,
             "listen_port": 0,
+            "probe_port": 0,
             "poll_interval": 3600,
             "drift_interval": 3600,
             "shutdown_deadline": 10,

@@ -10,14 +10,17 @@ with only its address lookup pointed at the loopback server. Records are written
   window and scaleDownDelay after it is;
 - the REST requests the autoscaler counts (and exports) are the requests that reached the server;
 - the sample window survives a restart of the daemon (a new Reconciler on the same records), within the
-  record's write budget.
+  record's write budget;
+- a push origin refuses (a pre-receive hook protecting main) backs off exponentially, recommends meanwhile, is
+  shown once, and commits once origin accepts again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +33,10 @@ from reconciler.daemon.metrics import Metrics
 from reconciler.live.flink import FlinkRestClient
 from reconciler.live.local.runtime import LocalRuntime
 from reconciler.live.records import FileRecordStore
-from reconciler.service.autoscale import Autoscaler
+from reconciler.report.gitnotes import GitNotesSink
+from reconciler.report.reporter import Reporter
+from reconciler.report.status import CommitStatus
+from reconciler.service.autoscale import Autoscaler, source_metrics
 from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource
 from reconciler.spec.load import load_files
@@ -247,3 +253,112 @@ def test_the_window_survives_a_restart_of_the_daemon_within_the_write_budget(wor
         world.tick(restarted, again)
     assert world.clock.now() - since < timedelta(seconds=120 + 2 * TICK), "the delay counted from before the restart"
     assert world.autoscale_commits() == [f"autoscale({APP}): parallelism 2 -> 1"]
+
+
+PROTECT = """\
+#!/bin/sh
+# main is protected: every update of it is refused (and noted, so the test counts the pushes that reached origin)
+while read old new ref; do
+  if [ "$ref" = refs/heads/main ]; then
+    date +%s >> "$GIT_DIR/refused.log"
+    echo "refs/heads/main is protected: open a pull request" >&2
+    exit 1
+  fi
+done
+"""
+
+
+class AutoscaleNotes(GitNotesSink):
+    """The real git-notes sink, keeping the autoscale statuses it posted."""
+
+    def __init__(self, source: GitSource) -> None:
+        super().__init__(source)
+        self.autoscale: list[CommitStatus] = []
+
+    def post_batch(self, statuses: Sequence[CommitStatus]) -> None:
+        self.autoscale += [s for s in statuses if s.context.endswith("/autoscale")]
+        super().post_batch(statuses)
+
+
+def test_a_refused_push_backs_off_recommends_meanwhile_and_commits_once_origin_accepts(world: World) -> None:
+    """Origin's pre-receive hook refuses every push to main (a protected branch). The autoscaler tries at its
+    decision, then after 1, 2, 4 ... minutes, not every pass; says so once as the app's autoscale status and in
+    flink_reconciler_autoscale_push_refused; keeps recommending; and commits at its next try once origin accepts."""
+    first = world.push(1, "the app at parallelism 1")
+    rec = world.reconciler()
+    world.apply(rec, first)
+    notes = AutoscaleNotes(rec.source)
+    rec.reporter = Reporter([notes], world.clock)
+    metrics = Metrics()
+    scaler = Autoscaler(rec, metrics=metrics)
+    hook = world.repo.origin / "hooks" / "pre-receive"
+    hook.write_text(PROTECT)
+    hook.chmod(0o755)
+    refused_log = world.repo.origin / "refused.log"
+
+    def pushes() -> int:
+        return len(refused_log.read_text().splitlines()) if refused_log.exists() else 0
+
+    def refused_gauge() -> float | None:
+        return metrics.registry.get_sample_value("flink_reconciler_autoscale_push_refused", {"app": APP})
+
+    tries: list[float] = []  # seconds since the first try
+    t0 = None
+    for _ in range(int(18 * 60 / 15)):  # 18 minutes of passes every 15 s
+        advice = world.tick(scaler, rec, seconds=15)
+        if pushes() > len(tries):
+            t0 = t0 or world.clock.monotonic()
+            tries.append(world.clock.monotonic() - t0)
+            assert refused_gauge() == 1.0
+        if tries:
+            assert advice.verdict is Verdict.SCALE_UP, advice.reason  # still recommended meanwhile
+    # at the decision, then 1, 2, 4, 8 minutes apart (each within one pass): 5 tries in 18 minutes, not 66
+    gaps = [b - a for a, b in pairwise(tries)]
+    assert len(tries) == 5 and [round(g / 60) for g in gaps] == [1, 2, 4, 8], tries
+    assert world.autoscale_commits() == [] and pushes() == len(tries)
+    assert rec.reporter.flush(10)
+    posted = [s.description for s in notes.autoscale]
+    refusals = [d for d in posted if "was refused" in d]
+    assert len(refusals) == 1, posted  # shown once, not once a try
+    assert "recommending only: the commit of parallelism 1 -> 2 to main was refused" in refusals[0]
+    assert "refs/heads/main is protected" in refusals[0]
+    line = next(x for x in git(world.repo.origin, "notes", "--ref", "flink-reconciler", "show", first).splitlines()
+                if x.startswith(f"flink-reconciler/{APP}/autoscale: "))
+    assert line.startswith(f"flink-reconciler/{APP}/autoscale: error - autoscale: recommending only"), line
+
+    hook.unlink()  # origin accepts pushes again: the next try (at most 16 minutes on) commits
+    for _ in range(int(17 * 60 / 15)):
+        world.tick(scaler, rec, seconds=15)
+        if world.autoscale_commits():
+            break
+    assert world.autoscale_commits() == [f"autoscale({APP}): parallelism 1 -> 2"]
+    assert refused_gauge() == 0.0
+    rec.reporter.close(timeout=5)
+
+
+@pytest.mark.parametrize(("names", "found"), [
+    # Flink 2.3's ids of the counter job's source vertex (a chain would list its other operators' too)
+    (["numRecordsOut", "Source__generator.numRecordsOut", "Source__generator.numRecordsIn", "busyTimeMsPerSecond"],
+     (None, "Source__generator.numRecordsOut")),
+    # a connector reporting lag: the read counter of that same operator, not a chained map's
+    (["Source__orders.pendingRecords", "Map.numRecordsOut", "Source__orders.numRecordsOut"],
+     ("Source__orders.pendingRecords", "Source__orders.numRecordsOut")),
+    (["numRecordsOut", "numRecordsIn"], (None, None)),  # none: the vertex's own numRecordsOut is used
+])
+def test_a_sources_lag_and_read_counters_are_found_by_name(names: list[str], found: tuple[str | None, ...]) -> None:
+    assert source_metrics(names) == found
+
+
+def test_the_source_is_measured_in_the_records_it_read(world: World) -> None:
+    """A chained filter after the source drops half: the source reads 200/s and its vertex emits 100/s."""
+    world.stub.vertices[0].read_factor = 2.0
+    first = world.push(1, "the app at parallelism 1")
+    rec = world.reconciler()
+    world.apply(rec, first)
+    scaler = Autoscaler(rec)
+    advice = world.tick(scaler, rec)
+    while not advice.vertices:  # stabilisation and a window: the first decision
+        advice = world.tick(scaler, rec)
+    src = next(v for v in advice.vertices if v.name == "Source: generator")
+    assert (src.records_in, src.records_out) == (pytest.approx(200.0), pytest.approx(100.0)), src
+    assert src.target_rate == pytest.approx(200.0) and not src.excluded  # in source records

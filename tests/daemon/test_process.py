@@ -51,14 +51,17 @@ class DaemonProcess:
             time.sleep(0.05)
         raise AssertionError(f"timed out waiting for {what}: {self.stderr.read_text()}")
 
-    def url(self) -> str:
+    def url(self, *, probes: bool = False) -> str:
+        """The public port's URL, or with `probes` the probe port's (/healthz, /readyz, /metrics)."""
+        line = "probes and metrics on" if probes else "listening on"
+
         def find() -> str | None:
             for rec in self.log():
-                if rec.get("msg", "").startswith("listening on"):
+                if rec.get("msg", "").startswith(line):
                     return f"http://{rec['host']}:{rec['port']}"
             return None
 
-        return str(self.wait_for(find, "the listening line"))
+        return str(self.wait_for(find, f"the {line!r} line"))
 
     def records(self) -> list[str]:
         return self.record.read_text(encoding="utf-8").splitlines() if self.record.exists() else []
@@ -91,6 +94,7 @@ def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_parks_the_running_sync_and_exits_0(daemon: DaemonProcess, signum: signal.Signals) -> None:
     url = daemon.url()
+    probes = daemon.url(probes=True)
     daemon.wait_for(lambda: "synced" in daemon.records(), "the startup sync")
     headers, body = forges.github(forges.github_push_payload())
     assert httpx.post(url + "/webhook", content=body, headers=headers, timeout=10).status_code == 202
@@ -111,7 +115,9 @@ def test_signal_parks_the_running_sync_and_exits_0(daemon: DaemonProcess, signum
     assert stopped
     assert stopped[0]["clean"] is True
     with pytest.raises(httpx.ConnectError):
-        httpx.get(url + "/healthz", timeout=2)
+        httpx.get(url + "/status.txt", timeout=2)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(probes + "/healthz", timeout=2)
 
 
 def test_a_pass_that_does_not_park_in_time_does_not_keep_the_process_alive(tmp_path: Path) -> None:
@@ -165,7 +171,7 @@ def test_sigterm_wakes_every_waiting_step_at_once_and_exits_clean(tmp_path: Path
 
 
 def test_idle_daemon_exits_promptly_on_sigterm(daemon: DaemonProcess) -> None:
-    url = daemon.url()
+    url = daemon.url(probes=True)
     daemon.wait_for(lambda: "synced" in daemon.records(), "the startup sync")
     assert httpx.get(url + "/healthz", timeout=5).text == "ok\n"
     # Ready once the runner has counted the startup pass (a moment after the service wrote "synced").

@@ -196,7 +196,7 @@ def test_sync_errors_are_logged_and_counted_and_the_daemon_keeps_going(
 
 def test_readyz_reflects_the_service_and_shutdown(make_daemon: MakeDaemon, fake_service: FakeService) -> None:
     d = make_daemon()
-    url = d.http.url
+    url = d.probes.url
     fake_service.wait_calls(1)
     assert d.runner.wait_idle(5)
     assert httpx.get(url + "/readyz").status_code == 200
@@ -250,13 +250,13 @@ def test_stop_parks_the_running_sync_via_service_shutdown(
 
     def while_parking() -> None:
         # HTTP is still up while the service parks; the daemon refuses new work and is not ready.
-        during["readyz"] = httpx.get(d.http.url + "/readyz").status_code
-        during["healthz"] = httpx.get(d.http.url + "/healthz").status_code
+        during["readyz"] = httpx.get(d.probes.url + "/readyz").status_code
+        during["healthz"] = httpx.get(d.probes.url + "/healthz").status_code
         during["webhook"] = post_push(d).status_code
         during["poll"] = d.request_sync(full=False, trigger="poll", reason="poll")
 
     fake_service.on_shutdown = while_parking
-    url = d.http.url
+    url = d.probes.url
     assert d.stop(deadline_s=5) is True
     assert len(fake_service.shutdowns) == 1
     assert 0 < fake_service.shutdowns[0] <= 5
@@ -319,13 +319,13 @@ def test_not_ready_before_the_first_pass_completes(make_daemon: MakeDaemon, fake
     fake_service.block()
     d = make_daemon()
     assert fake_service.in_sync.wait(5)
-    r = httpx.get(d.http.url + "/readyz")
+    r = httpx.get(d.probes.url + "/readyz")
     assert r.status_code == 503
     assert r.text.startswith("starting: no sync pass has completed yet (a startup pass is running since "), r.text
     fake_service.unblock()
     fake_service.wait_calls(1)
     assert d.runner.wait_idle(5)
-    r = httpx.get(d.http.url + "/readyz")
+    r = httpx.get(d.probes.url + "/readyz")
     assert (r.status_code, r.text) == (200, "git reachable; runtime usable\n")
 
 
@@ -334,7 +334,7 @@ def test_a_failed_first_pass_is_not_ready_and_says_why(make_daemon: MakeDaemon, 
     d = make_daemon()
     fake_service.wait_calls(1)
     assert d.runner.wait_idle(5)
-    r = httpx.get(d.http.url + "/readyz")
+    r = httpx.get(d.probes.url + "/readyz")
     assert r.status_code == 503
     assert r.text == "starting: no sync pass has completed yet; the last one failed: SourceError: origin unreachable\n"
 
@@ -346,12 +346,12 @@ def test_readyz_follows_the_last_pass_not_the_service_alone(
     d = make_daemon()
     fake_service.wait_calls(1)
     assert d.runner.wait_idle(5)
-    assert httpx.get(d.http.url + "/readyz").status_code == 200
+    assert httpx.get(d.probes.url + "/readyz").status_code == 200
     fake_service.failures = [RuntimeError("bad value in apps/orders.yaml")]
     assert d.request_sync(full=False, trigger="poll", reason="poll")
     fake_service.wait_calls(2)
     assert d.runner.wait_idle(5)
-    r = httpx.get(d.http.url + "/readyz")
+    r = httpx.get(d.probes.url + "/readyz")
     assert r.status_code == 503
     assert "the last sync pass (poll, " in r.text
     assert r.text.endswith(") failed: unexpected RuntimeError: bad value in apps/orders.yaml\n"), r.text
@@ -359,7 +359,7 @@ def test_readyz_follows_the_last_pass_not_the_service_alone(
     assert d.request_sync(full=False, trigger="poll", reason="poll")
     fake_service.wait_calls(3)
     assert d.runner.wait_idle(5)
-    assert httpx.get(d.http.url + "/readyz").status_code == 200
+    assert httpx.get(d.probes.url + "/readyz").status_code == 200
 
 
 TOKEN = "ghp_daemonTestToken0123456789"
@@ -395,7 +395,7 @@ def test_no_credential_in_logs_readyz_or_the_status_page(
         fake_service.wait_calls(2)
         assert d.runner.wait_idle(5)
         logging.getLogger("reconciler.test").info("echo %s", "webhook-secret-value")
-        answers = [httpx.get(d.http.url + path).text for path in ("/readyz", "/")]
+        answers = [httpx.get(d.probes.url + "/readyz").text, httpx.get(d.http.url + "/").text]
     finally:
         d.stop(deadline_s=5)
         for h in handlers:

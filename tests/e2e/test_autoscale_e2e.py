@@ -1,21 +1,26 @@
-"""Issue 25 on real Flink: the daemon in `autoscale.mode: commit` scales an app up and back down through Git,
-and in `mode: recommend` only says what it would do.
+"""Issues 25 and 32 on real Flink: the daemon in `autoscale.mode: commit` scales an ordinary job graph up and
+back down through Git, and in `mode: recommend` only says what it would do.
 
-One local cluster and one `flink-reconciler run` process for the module (windows shortened to seconds); the
-tests run in order on it. The counter job costs 10 ms per record in its counting operator (`--work-mode
-sleep`: as busy to Flink's metrics, without taking a core from the CI machine), so one subtask counts at most
-100 records/s; it is fed 120/s, from its `--rate` or, once the test writes one, from its rate file (the input
-rate drops without any change in Git). What a user would see, from the outside only:
+The job is an ordinary one: its sink runs at a parallelism of its own (`setParallelism(1)`, `--sink-parallelism
+1`), and its keys are skewed (`--hot-key-share 0.3`: 30 % of the records go to one key of 64, so one subtask of
+the counting operator is much busier than the others). One local cluster and one `flink-reconciler run` process
+for the module (windows shortened to seconds); the tests run in order on it. The counting operator costs 10 ms
+per record (`--work-mode sleep`: as busy to Flink's metrics, without taking a core from the CI machine), so one
+subtask counts at most 100 records/s; it is fed 150/s, from its `--rate` or, once the test writes one, from its
+rate file (the input rate drops without any change in Git). What a user would see, from the outside only:
 
-1. the daemon pushes a commit `autoscale(auto): parallelism 1 -> 2` onto main with the evidence in its message;
-   `plan` of that commit (offline, against its parent) is an in-place rescale; the same job then runs at
-   parallelism 2, the counting vertex is no longer saturated and the source is not backpressured, and no count
-   ever went back (state carried);
-2. the input rate drops to 40/s: after `scaleDownDelay` the daemon commits `parallelism 2 -> 1` and the same
-   job runs at parallelism 1, counts continuing;
-3. a human commits `parallelism: 2` with `autoscale.mode: recommend`: the human's parallelism runs; the
-   recommendation (scale down 2 -> 1) shows on the commit's notes, in `status`, `scale-advice` (table and JSON)
-   and /metrics, and nothing is committed.
+1. at parallelism 2 the subtask with the hot key is saturated while the average is not (averaged, the old
+   decision kept 2); one TaskManager has 2 slots, `autoscale.maxTaskManagers: 2`: the daemon pushes
+   `autoscale(auto): parallelism 2 -> N, taskManager.replicas 1 -> 2` (N >= 3) onto main with the evidence in its
+   message, the sink named as not deciding ("own parallelism 1"); `plan` of that commit starts the second
+   TaskManager and rescales in place; the same job then runs at N on two TaskManagers with its sink still at 1,
+   and no count ever went back (it may step up again to 4: with a second TaskManager its sources there read at
+   their own rate too, `--rate-scope taskmanager`);
+2. the input rate drops to 30/s: after `scaleDownDelay` the daemon commits a scale-down, at most 60 % fewer
+   subtasks in one step (scaleDownMaxFactor), and the same job runs at it, counts continuing;
+3. a human commits a parallelism with `autoscale.mode: recommend`: the human's parallelism runs; the
+   recommendation shows on the commit's notes, in `status`, `scale-advice` (table and JSON) and /metrics, and
+   nothing is committed.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import pytest
 from reconciler.cli import main
 from reconciler.clock import SystemClock
 from reconciler.live.local.runtime import LocalRuntime
+from reconciler.service.autoscale import source_metrics
 from tests.e2e.test_daemon_e2e import DaemonProc, metric, poll
 from tests.fixtures.flink import COUNTER_MAIN, read_counts, teardown_runtime
 from tests.gitutil import Repo, git
@@ -42,10 +48,11 @@ from tests.gitutil import Repo, git
 pytestmark = [pytest.mark.flink, pytest.mark.slow]
 
 APP = "auto"
-KEYS = 64  # many keys: two subtasks get about the same share
+KEYS = 64  # one hot key and 63 others
+SINK = "latest-count-files"
 
 
-def app_yaml(parallelism: int, mode: str = "commit") -> str:
+def app_yaml(parallelism: int, mode: str = "commit", replicas: int = 1) -> str:
     return f"""\
 apiVersion: flink-reconciler.io/v1alpha1
 kind: FlinkApp
@@ -53,7 +60,7 @@ metadata:
   name: {APP}
 spec:
   taskManager:
-    replicas: 1
+    replicas: {replicas}
     slots: 2
   flinkConfiguration:
     execution.checkpointing.interval: 1 s
@@ -66,15 +73,16 @@ spec:
   autoscale:
     mode: {mode}
     targetUtilisation: 0.8
-    max: 2
+    max: 4
+    maxTaskManagers: 2
     stabilisation: 3s
     window: 8s
     scaleDownDelay: 5s
   job:
     jarURI: jobs/counter/counter.jar
     entryClass: {COUNTER_MAIN}
-    args: ["--output-dir", "out", "--keys", "{KEYS}", "--rate", "120", "--work-us", "10000", "--work-mode", "sleep",
-           "--rate-scope", "taskmanager", "--rate-file", "rate"]
+    args: ["--output-dir", "out", "--keys", "{KEYS}", "--rate", "150", "--work-us", "10000", "--work-mode", "sleep",
+           "--rate-scope", "taskmanager", "--rate-file", "rate", "--hot-key-share", "0.3", "--sink-parallelism", "1"]
     parallelism: {parallelism}
   deadlines:
     start: 90s
@@ -122,37 +130,47 @@ class Env:
         return [(sha, s) for sha, s in self.origin_log() if s.startswith(f"autoscale({APP})")]
 
     def runs_at(self, job: str, parallelism: int) -> bool:
+        """Every vertex at `parallelism`, but the sink at its own 1; all of them running."""
         vs = self.rest(f"/jobs/{job}")["vertices"]
+
+        def at(v: dict[str, Any]) -> int:
+            return 1 if v["name"].startswith(SINK) else parallelism
         # a source subtask without a split of the generator finishes: that is all of it running
-        return all(v["parallelism"] == parallelism and v["tasks"].get("RUNNING", 0) >= 1
-                   and v["tasks"].get("RUNNING", 0) + v["tasks"].get("FINISHED", 0) == parallelism for v in vs)
+        return all(v["parallelism"] == at(v) and v["tasks"].get("RUNNING", 0) >= 1
+                   and v["tasks"].get("RUNNING", 0) + v["tasks"].get("FINISHED", 0) == at(v) for v in vs)
+
+    def parallelism(self, job: str) -> int:
+        return max(int(v["parallelism"]) for v in self.rest(f"/jobs/{job}")["vertices"])
 
     def running_job(self) -> str:
         return poll(lambda: next((j.job_id for j in self.rt.flink(APP).jobs() if j.state == "RUNNING"), None),
                     timeout=10, what="the running job")
 
-    def vertex_load(self, job: str, seconds: float = 4.0) -> dict[str, tuple[int, float, float]]:
-        """vertex name -> (parallelism, busy %, backpressured %) measured from Flink's counters over `seconds`."""
+    def vertex_load(self, job: str, seconds: float = 4.0) -> dict[str, tuple[int, float, float, float]]:
+        """vertex name -> (parallelism, busy % on average, busy % of the busiest subtask, backpressured %) measured
+        from Flink's counters over `seconds`."""
         names = "accumulateBusyTimeMs,accumulateBackPressuredTimeMs"
 
-        def take_once() -> dict[str, tuple[int, float, float]] | None:
+        def take_once() -> dict[str, tuple[int, float, float, float]] | None:
             out = {}
             for v in self.rest(f"/jobs/{job}")["vertices"]:
-                got = {m["id"]: m["sum"] for m in self.rest(
-                    f"/jobs/{job}/vertices/{v['id']}/subtasks/metrics?get={names}&agg=sum")}
+                got = {m["id"]: m for m in self.rest(
+                    f"/jobs/{job}/vertices/{v['id']}/subtasks/metrics?get={names}&agg=sum,max")}
                 if len(got) < 2:
                     return None  # new tasks (after a rescale) report their metrics a moment later
-                out[v["name"]] = (v["parallelism"], got["accumulateBusyTimeMs"], got["accumulateBackPressuredTimeMs"])
+                busy, bp = got["accumulateBusyTimeMs"], got["accumulateBackPressuredTimeMs"]
+                out[v["name"]] = (v["parallelism"], busy["sum"], busy["max"], bp["sum"])
             return out
 
-        def take() -> dict[str, tuple[int, float, float]]:
+        def take() -> dict[str, tuple[int, float, float, float]]:
             return poll(take_once, timeout=20, what="the job's vertex metrics")
 
         a = take()
         time.sleep(seconds)
         b = take()
-        return {n: (p, (b[n][1] - a[n][1]) / seconds / 10 / p, (b[n][2] - a[n][2]) / seconds / 10 / p)
-                for n, (p, _, _) in b.items()}
+        return {n: (p, (b[n][1] - a[n][1]) / seconds / 10 / p, (b[n][2] - a[n][2]) / seconds / 10,
+                    (b[n][3] - a[n][3]) / seconds / 10 / p)
+                for n, (p, _, _, _) in b.items()}
 
 
 @pytest.fixture(scope="module")
@@ -160,8 +178,8 @@ def env(counter_jar: Path, flink_home: Path, tmp_path_factory: pytest.TempPathFa
     repo = Repo(tmp_path_factory.mktemp("autoscale"))
     state = repo.origin.parent / "state"
     repo.write("jobs/counter/counter.jar", counter_jar.read_bytes())
-    repo.write(f"apps/{APP}.yaml", app_yaml(1))
-    repo.commit("counter app, overloaded at parallelism 1, autoscale: commit")
+    repo.write(f"apps/{APP}.yaml", app_yaml(2))
+    repo.commit("counter app, its hot key's subtask overloaded at parallelism 2, autoscale: commit")
     rt = LocalRuntime(state, clock=SystemClock(), flink_home=flink_home)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FLINK_HOME", str(flink_home))
@@ -179,55 +197,80 @@ def env(counter_jar: Path, flink_home: Path, tmp_path_factory: pytest.TempPathFa
         teardown_runtime(rt)
 
 
-def test_the_daemon_commits_a_scale_up_and_rescales_in_place(env: Env) -> None:
+def test_skewed_keys_and_a_parallelism_1_sink_scale_up_in_place(env: Env) -> None:
     alive = env.daemon.proc
 
     def dead() -> str | None:
         return f"the daemon exited ({alive.returncode}):\n{env.daemon.log_tail()}" if alive.poll() is not None else None
 
     poll(lambda: len(env.counts()) == KEYS, timeout=90, what="the counter job to run", alive=dead)
-    job = poll(lambda: next((j.job_id for j in env.rt.flink(APP).jobs() if j.state == "RUNNING"), None),
-               timeout=10, what="the running job")
+    job = env.running_job()
     before = env.vertex_load(job)
     count_vertex = next(n for n in before if n.startswith("count-per-key"))
-    assert before[count_vertex][1] > 90, f"the job is not overloaded at parallelism 1: {before}"
+    sink = next(n for n in before if n.startswith(SINK))
+    _, average, busiest, _ = before[count_vertex]
+    assert before[sink][0] == 1 and busiest > 90, f"the hot key's subtask is not saturated at parallelism 2: {before}"
+    assert average < busiest - 15, f"the keys are not skewed: {before}"
+
+    # the source's metric ids name its source operator's numRecordsOut: records read, in source units
+    src = next(v for v in env.rest(f"/jobs/{job}")["vertices"] if v["name"].startswith("Source"))
+    ids = [m["id"] for m in env.rest(f"/jobs/{job}/vertices/{src['id']}/subtasks/metrics")]
+    assert source_metrics(ids)[1] == "Source__generator.numRecordsOut", ids
+
     t0 = time.monotonic()
-    commit = poll(lambda: next(((sha, s) for sha, s in env.origin_log() if s.startswith(f"autoscale({APP})")), None),
-                  timeout=60, what="an autoscale commit on main", alive=dead)
+    commit = poll(lambda: next(iter(env.autoscale_commits()), None), timeout=60, what="an autoscale commit on main",
+                  alive=dead)
     detected = time.monotonic() - t0
-    assert commit[1] == f"autoscale({APP}): parallelism 1 -> 2"
+    up = int(commit[1].split(",")[0].rsplit(" ", 1)[1])
+    assert commit[1] == f"autoscale({APP}): parallelism 2 -> {up}, taskManager.replicas 1 -> 2" and up >= 3, commit
     message = git(env.repo.origin, "log", "-1", "--format=%B", commit[0])
     assert "count-per-key" in message and "BUSY" in message and "Autoscaled-by: flink-reconciler" in message
+    assert f"{SINK}: Writer (own parallelism 1" in message, message  # named, not deciding
+    print(f"\n$ git log -1 {commit[0][:12]}\n{message}")
     counts = env.counts()
 
     # plan of the autoscale commit against its parent: an in-place rescale
     code, out = env.cli("plan", "--repo", str(env.repo.origin), "--head", commit[0], "--format", "json")
     assert code == 0, out
     (app,) = json.loads(out)["apps"]
-    assert app["action"] == "scale" and app["steps"][0]["type"] == "RescaleInPlace", app
+    steps = [s["type"] for s in app["steps"][:2]]
+    assert app["action"] == "scale" and steps == ["EnsureCluster", "RescaleInPlace"], app  # the 2nd TaskManager first
 
-    poll(lambda: env.runs_at(job, 2), timeout=60, what="the same job to run at parallelism 2", alive=dead)
+    poll(lambda: env.runs_at(job, up), timeout=60, what=f"the same job to run at {up}, its sink at 1", alive=dead)
     assert [j.job_id for j in env.rt.flink(APP).jobs() if j.state == "RUNNING"] == [job]
-    source = next(n for n in before if n.startswith("Source"))
-    # the rescaled tasks start from the job's checkpoint and work off what queued up meanwhile, then settle
-    after = poll(lambda: m if (m := env.vertex_load(job))[count_vertex][1] < 90 and m[source][2] < 10 else None,
-                 timeout=45, interval=0, what="the counting vertex below 90 % busy and the source not backpressured")
-    assert after[count_vertex][0] == 2
+
+    def settled() -> tuple[int, dict[str, tuple[int, float, float, float]]] | None:
+        """The rescaled tasks start from the job's checkpoint and work off what queued up meanwhile; with the hot
+        key the first step may not be enough, and the autoscaler steps up again (up to autoscale.max 4). Settled:
+        the job runs at its last autoscale commit's parallelism and the hot key's subtask is no longer saturated,
+        or at autoscale.max (nothing more to give it)."""
+        last = int(env.autoscale_commits()[0][1].split(",")[0].rsplit(" ", 1)[1])
+        if not env.runs_at(job, last):
+            return None
+        m = env.vertex_load(job)
+        return (last, m) if (m[count_vertex][2] < 92 or last == 4) and m[count_vertex][0] == last else None
+    final, after = poll(settled, timeout=90, interval=0, what="the hot key's subtask no longer saturated",
+                        alive=dead)
+    assert after[sink][0] == 1 and [j.job_id for j in env.rt.flink(APP).jobs() if j.state == "RUNNING"] == [job]
+    steps = [s.split(",")[0] for _, s in reversed(env.autoscale_commits())]
+    assert all(int(s.rsplit(" ", 1)[1]) > int(s.split()[-3]) for s in steps), steps  # only up
+    assert env.rest("/overview")["taskmanagers"] == 2
     now = env.counts()
     went_back = {k: (counts[k], now.get(k)) for k in counts if now.get(k, 0) < counts[k]}
     assert not went_back, f"counts reset: {went_back}"
-    print(f"\nautoscale: commit {detected:.1f}s after the overload was measured; busy {before[count_vertex][1]:.0f}% "
-          f"-> {after[count_vertex][1]:.0f}%, source backpressured {before[source][2]:.0f}% -> {after[source][2]:.0f}%")
+    print(f"\nautoscale: {', '.join(s.split(': ')[1] for s in steps)}; the first committed {detected:.1f}s after the "
+          f"overload was measured; the hot key's subtask busy {busiest:.0f}% (average {average:.0f}%) at 2 -> "
+          f"{after[count_vertex][2]:.0f}% (average {after[count_vertex][1]:.0f}%) at {final}")
 
 
 def test_when_the_input_rate_drops_it_scales_back_down_after_the_delay(env: Env) -> None:
-    """No Git change lowers the rate: the job reads it from a file. At parallelism 2 and 40 records/s the counting
-    vertex is busy about 20 %: one subtask is enough (40 / (100 x 0.8)), called for continuously for the 5 s
-    scaleDownDelay before the commit."""
+    """No Git change lowers the rate: the job reads it from a file. At 30 records/s one subtask would do, called
+    for continuously for the 5 s scaleDownDelay before the commit, and at most 60 % fewer in one step."""
     job = env.running_job()
-    assert env.runs_at(job, 2), "the scale-up test did not leave the job at parallelism 2"
     ups = env.autoscale_commits()
-    env.set_rate(40)
+    current = env.parallelism(job)
+    assert ups and env.runs_at(job, current), "the scale-up test did not leave the job rescaled"
+    env.set_rate(30)
     dropped = time.monotonic()
 
     def new_commit() -> tuple[str, str] | None:
@@ -235,32 +278,35 @@ def test_when_the_input_rate_drops_it_scales_back_down_after_the_delay(env: Env)
         return c[0] if len(c) > len(ups) else None
     commit = poll(new_commit, timeout=60, what="an autoscale commit scaling down", alive=env.dead)
     decided = time.monotonic() - dropped
-    assert commit[1] == f"autoscale({APP}): parallelism 2 -> 1"
+    down = int(commit[1].rsplit(" ", 1)[1])
+    floor = -(-current * 4 // 10)  # ceil(current x (1 - 0.6))
+    assert commit[1] == f"autoscale({APP}): parallelism {current} -> {down}" and floor <= down < current, commit
     message = git(env.repo.origin, "log", "-1", "--format=%B", commit[0])
-    assert "scale down 2 -> 1 (called for since" in message, message
+    assert f"scale down {current} -> {down} (called for since" in message, message
     assert decided >= 5, f"scaled down {decided:.1f}s after the rate dropped: before its 5 s scaleDownDelay"
     counts = env.counts()
-    poll(lambda: env.runs_at(job, 1), timeout=60, what="the same job to run at parallelism 1", alive=env.dead)
+    poll(lambda: env.runs_at(job, down), timeout=60, what=f"the same job to run at {down}", alive=env.dead)
     assert [j.job_id for j in env.rt.flink(APP).jobs() if j.state == "RUNNING"] == [job]
 
     def moved_on() -> dict[str, int] | None:
         now = env.counts()
-        return now if sum(now.values()) > sum(counts.values()) + 40 else None
-    grown = poll(moved_on, timeout=30, what="the counts to move on at parallelism 1")
+        return now if sum(now.values()) > sum(counts.values()) + 30 else None
+    grown = poll(moved_on, timeout=30, what=f"the counts to move on at parallelism {down}")
     went_back = {k: (counts[k], grown.get(k)) for k in counts if grown.get(k, 0) < counts[k]}
     assert not went_back, f"counts reset: {went_back}"
-    print(f"\nautoscale: scale-down committed {decided:.1f}s after the input rate dropped")
+    print(f"\nautoscale: {current} -> {down} committed {decided:.1f}s after the input rate dropped")
 
 
 def test_recommend_mode_says_what_it_would_do_and_a_humans_parallelism_runs(
         env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A human sets parallelism 2 by hand and switches the autoscaler to recommend. The human's parallelism runs;
-    the advice (at 40 records/s: scale down to 1) is shown everywhere a user looks, and never committed."""
+    """A human sets parallelism 3 by hand and switches the autoscaler to recommend. The human's parallelism runs;
+    the advice (at 30 records/s: scale down, 3 -> 2 in one step) is shown everywhere a user looks, and never
+    committed."""
     job = env.running_job()
     git(env.repo.work, "pull", "-q", "--rebase", "origin", "main")
-    env.repo.write(f"apps/{APP}.yaml", app_yaml(2, mode="recommend"))
-    human = env.repo.commit("parallelism 2 by hand; the autoscaler only recommends")
-    poll(lambda: env.runs_at(job, 2), timeout=60, what="the human's parallelism 2 to run", alive=env.dead)
+    env.repo.write(f"apps/{APP}.yaml", app_yaml(3, mode="recommend", replicas=2))
+    human = env.repo.commit("parallelism 3 by hand; the autoscaler only recommends")
+    poll(lambda: env.runs_at(job, 3), timeout=60, what="the human's parallelism 3 to run", alive=env.dead)
 
     prefix = f"flink-reconciler/{APP}/autoscale: success - autoscale: "
 
@@ -270,33 +316,36 @@ def test_recommend_mode_says_what_it_would_do_and_a_humans_parallelism_runs(
         except Exception:
             return None
         line = next((x for x in notes.splitlines() if x.startswith(prefix)), "")
-        return line if line.startswith(prefix + "scale down 2 -> 1 (called for since") else None
+        return line if line.startswith(prefix + "scale down 3 -> 2 (called for since") else None
 
     note = poll(advice_note, timeout=60, what="the scale-down advice on the human's commit", alive=env.dead)
-    assert " needs 1: target " in note and "rec/s per subtask" in note, note
+    assert "held at 2 by scaleDownMaxFactor 0.6" in note and f"{SINK}: Writer (own parallelism 1" in note, note
     metrics = env.daemon.metrics()
-    assert metric(metrics, "flink_reconciler_autoscale_parallelism", app=APP, kind="current") == 2
-    assert metric(metrics, "flink_reconciler_autoscale_parallelism", app=APP, kind="wanted") == 1
+    assert metric(metrics, "flink_reconciler_autoscale_parallelism", app=APP, kind="current") == 3
+    assert metric(metrics, "flink_reconciler_autoscale_parallelism", app=APP, kind="wanted") == 2
     assert metric(metrics, "flink_reconciler_autoscale_verdict", app=APP, verdict="scale-down") == 1
     assert metric(metrics, "flink_reconciler_autoscale_rest_requests_total", app=APP) > 0
 
     monkeypatch.setenv("FLINK_RECONCILER_REPO_URL", str(env.repo.origin))
     code, out = env.cli("status", "--state-dir", str(env.state))
     assert code == 0, out
-    assert f"{APP}: autoscale: scale down 2 -> 1 (called for since" in out, out
+    assert f"{APP}: autoscale: scale down 3 -> 2 (called for since" in out, out
     code, out = env.cli("scale-advice", APP, "--state-dir", str(env.state), "--seconds", "4")
     assert code == 0, out
     head, reason = out.splitlines()[:2]
     # a one-off look cannot know since when a scale-down is called for: it shows it waiting its delay
-    assert head == f"{APP}: wait: parallelism 2 -> 2" and reason.startswith("scale down 2 -> 1 called for since"), out
-    assert "VERTEX" in out and "count-per-key" in out
+    assert head == f"{APP}: wait: parallelism 3 -> 3" and reason.startswith("scale down 3 -> 2 called for since"), out
+    assert "VERTEX" in out and "count-per-key" in out and "own parallelism 1" in out
+    print(f"\n$ flink-reconciler scale-advice {APP} --seconds 4\n{out}")
     code, out = env.cli("scale-advice", APP, "--state-dir", str(env.state), "--seconds", "4", "--output", "json")
     assert code == 0, out
     doc = json.loads(out)
-    assert (doc["verdict"], doc["current"], doc["wanted"]) == ("wait", 2, 1), doc
+    assert (doc["verdict"], doc["current"], doc["wanted"]) == ("wait", 3, 2), doc
     count = next(v for v in doc["vertices"] if v["name"].startswith("count-per-key"))
-    assert count["current"] == 2 and count["proposed"] == 1 and 0 < count["busyPct"] < 50, count
+    assert count["current"] == 3 and count["proposed"] == 1 and 0 < count["busyPct"] < 50, count
+    sink = next(v for v in doc["vertices"] if v["name"].startswith(SINK))
+    assert sink["excluded"].startswith("own parallelism 1"), sink
 
     # recommend: nothing was committed, and the human's parallelism still runs
     assert env.origin_log()[0][0] == human
-    assert env.runs_at(job, 2)
+    assert env.runs_at(job, 3)

@@ -93,12 +93,13 @@ class DaemonProc:
     log_path: Path
     env: dict[str, str]
     _url: str | None = None
+    _probe_url: str | None = None
 
     @classmethod
     def start(cls, log_path: Path, **settings: object) -> DaemonProc:
         """Settings become FLINK_RECONCILER_* variables (e.g. repo_url=..., poll_interval=2)."""
         env = {k: v for k, v in os.environ.items() if not k.upper().startswith("FLINK_RECONCILER_")}
-        for key, value in {"listen_port": 0, "log_format": "json", **settings}.items():
+        for key, value in {"listen_port": 0, "probe_port": 0, "log_format": "json", **settings}.items():
             env[f"FLINK_RECONCILER_{key.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
         proc = subprocess.Popen(
             [sys.executable, "-m", "reconciler.cli", "run"],
@@ -124,20 +125,32 @@ class DaemonProc:
             return None
         return f"the daemon exited with {self.proc.returncode}:\n{self.log_tail()}"
 
+    def _logged_url(self, line: str) -> str:
+        def listening() -> str | None:
+            for rec in self.log():
+                if str(rec.get("msg", "")).startswith(line):
+                    return f"http://{rec['host']}:{rec['port']}"
+            return None
+
+        return str(poll(listening, timeout=60, what=f"the daemon's {line!r} log line", alive=self.died))
+
     @property
     def url(self) -> str:
+        """The public port: webhooks and the dashboard."""
         if self._url is None:
-            def listening() -> str | None:
-                for rec in self.log():
-                    if str(rec.get("msg", "")).startswith("listening on"):
-                        return f"http://{rec['host']}:{rec['port']}"
-                return None
-
-            self._url = poll(listening, timeout=60, what="the daemon's 'listening on' log line", alive=self.died)
+            self._url = self._logged_url("listening on")
         return self._url
 
+    @property
+    def probe_url(self) -> str:
+        """The probe port: /healthz, /readyz, /metrics."""
+        if self._probe_url is None:
+            self._probe_url = self._logged_url("probes and metrics on")
+        return self._probe_url
+
     def get(self, path: str) -> httpx.Response:
-        return HTTP.get(self.url + path, timeout=10)
+        probe = path.partition("?")[0] in ("/healthz", "/readyz", "/metrics")
+        return HTTP.get((self.probe_url if probe else self.url) + path, timeout=10)
 
     def metrics(self) -> str:
         r = self.get("/metrics")

@@ -68,16 +68,16 @@ def test_deployment_runs_two_non_root_replicas_with_probes() -> None:
     pod = dep["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     c = pod["containers"][0]
-    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert c["ports"] == [{"name": "http", "containerPort": 8080}]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probes"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
+    assert c["ports"] == [{"name": "http", "containerPort": 8080}, {"name": "probes", "containerPort": 8081}]
     # Two replicas must elect one leader: both reconciling would run two jobs of one app.
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["FLINK_RECONCILER_LEADER_ELECTION"] == "true"
     # (the setting is off unless the manifest turns it on)
     assert load_settings({"repo_url": env["FLINK_RECONCILER_REPO_URL"]}).leader_election is False
     secrets = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
-    assert secrets == {"flink-reconciler-git", "flink-reconciler-webhook"}
+    assert secrets == {"flink-reconciler-git", "flink-reconciler-webhook", "flink-reconciler-ui"}
     text = (DEPLOY / "Dockerfile").read_text()
     assert "FROM python:3.11-slim" in text and "USER 10001" in text and "pip install --no-cache-dir ." in text
     assert "PYTHONMALLOC=malloc" in text and "MALLOC_ARENA_MAX=2" in text  # the idle memory figures assume it
@@ -165,3 +165,61 @@ def test_leader_role_grants_exactly_what_the_election_calls(cluster: Cluster, st
     b.try_acquire_or_renew()
     used = {(call.group, call.resource, call.verb) for call in standin_only.api.calls()}
     assert used == _rules(_role("flink-reconciler-leader"))
+
+
+@pytest.mark.parametrize("base", ["kubernetes", "kubernetes-sharded"])
+def test_both_bases_render_with_the_probe_port_and_a_network_policy(base: str, tmp_path: Path) -> None:
+    """`kubectl kustomize` of each base: every object validates; the probes and the Prometheus annotations use
+    the probe port (not the Service's); a NetworkPolicy lets the public port and the probe port in from their
+    sources only; the daemon these env variables configure (with its mounted Secrets) passes the exposure check
+    on 0.0.0.0."""
+    import shutil
+    import subprocess
+
+    from reconciler.daemon.http import exposure_problems
+
+    if shutil.which("kubectl") is None:
+        pytest.skip("needs kubectl (kustomize)")
+    out = subprocess.run(["kubectl", "kustomize", str(DEPLOY / base)], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    docs = [d for d in YAML(typ="safe").load_all(out) if d]
+    for doc in docs:
+        kubernetes_validate.validate(doc, "1.30.0", strict=True)
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    (svc,) = [d for d in docs if d["kind"] == "Service"]
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    template = dep["spec"]["template"]
+    c = template["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert ports == {"http": int(env["FLINK_RECONCILER_LISTEN_PORT"]),
+                     "probes": int(env["FLINK_RECONCILER_PROBE_PORT"])}
+    assert ports["http"] != ports["probes"]
+    assert c["livenessProbe"]["httpGet"]["port"] == c["readinessProbe"]["httpGet"]["port"] == "probes"
+    annotations = template["metadata"]["annotations"]
+    assert (annotations["prometheus.io/port"], annotations["prometheus.io/path"]) == (str(ports["probes"]), "/metrics")
+    assert [p["targetPort"] for p in svc["spec"]["ports"]] == ["http"]  # the Service never exposes the probes
+    # The policy selects the daemon's pods, isolates their ingress, and opens each port to one source.
+    assert policy["metadata"]["namespace"] == dep["metadata"]["namespace"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    opened = {p["port"]: rule["from"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    assert set(opened) == {"http", "probes"}
+    assert all(sources for sources in opened.values())  # never "from anywhere"
+    # Safe by default: on 0.0.0.0 the dashboard's auth and the webhook's secret come from mounted Secrets.
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    secret_volumes = {v["name"] for v in template["spec"]["volumes"] if "secret" in v}
+    files = {name: value for name, value in env.items() if name.endswith("_FILE")}
+    for name, path in files.items():
+        assert any(path.startswith(mounts[v] + "/") for v in secret_volumes), f"{name}: {path} is not in a Secret"
+    fake = {}
+    for name in files:
+        setting = name.removeprefix("FLINK_RECONCILER_").removesuffix("_FILE").lower()
+        fake[setting] = "bearer:0123456789abcdef" if setting == "ui_auth" else "from-the-secret"
+    settings = load_settings({"repo_url": env["FLINK_RECONCILER_REPO_URL"],
+                              "listen_host": env["FLINK_RECONCILER_LISTEN_HOST"],
+                              "allowed_hosts": env["FLINK_RECONCILER_ALLOWED_HOSTS"], **fake})
+    assert settings.listen_host == "0.0.0.0" and "insecure_ui" not in {k.lower() for k in env}
+    assert exposure_problems(settings, settings.listen_host, webhook=True) == []
+    assert exposure_problems(settings.model_copy(update={"ui_auth": None}), "0.0.0.0", webhook=True) != []
+    assert f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc" in settings.allowed_hosts

@@ -114,8 +114,8 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture(scope="module")
 def ui(setup: Setup) -> Iterator[UiProc]:
     proc = UiProc("--state-dir", str(setup.state_dir), "--repo", str(setup.repo.origin),
-                  "--poll-interval", str(POLL_S), "--dry-run", "--cache-dir", str(setup.state_dir.parent / "cache"),
-                  env={"FLINK_RECONCILER_GIT_TOKEN": GIT_TOKEN})
+                  "--poll-interval", str(POLL_S), "--cache-dir", str(setup.state_dir.parent / "cache"),
+                  env={"FLINK_RECONCILER_GIT_TOKEN": GIT_TOKEN, "FLINK_RECONCILER_DRY_RUN": "true"})
     yield proc
     proc.stop()
 

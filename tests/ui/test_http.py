@@ -56,7 +56,7 @@ def test_a_browser_gets_the_dashboard_and_everything_else_the_text_page(open_ser
     assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
     assert httpx.get(open_server + "/static/other.js").status_code == 404
     assert httpx.get(open_server + "/apps/nope").status_code == 404
-    assert httpx.get(open_server + "/healthz").text == "ok\n"
+    assert httpx.get(open_server + "/healthz").status_code == 404  # probes are on their own port
 
 
 def test_bearer_token_guards_every_page(tmp_path: Path) -> None:
@@ -69,7 +69,6 @@ def test_bearer_token_guards_every_page(tmp_path: Path) -> None:
         assert httpx.get(server.url + "/plan", headers={"Authorization": "Bearer wrong-token"}).status_code == 401
         assert httpx.get(server.url + "/plan", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
         assert httpx.get(server.url + "/plan", auth=("anyone", TOKEN)).status_code == 200  # the browser prompt
-        assert httpx.get(server.url + "/healthz").status_code == 200  # probes are not the UI
         assert httpx.get(server.url + "/").text == TEXT  # the text page stays where it was
     finally:
         server.stop()
@@ -108,11 +107,11 @@ def test_ui_enabled_false_keeps_the_text_page_for_browsers_too(tmp_path: Path) -
     from reconciler.service.factories import make_reconciler
 
     settings = load_settings({"repo_url": str(tmp_path / "none.git"), "state_dir": tmp_path / "s", "dry_run": True,
-                              "listen_port": 0, "ui_enabled": False})
+                              "listen_port": 0, "probe_port": 0, "ui_enabled": False})
     daemon = Daemon(make_reconciler(settings, SystemClock(), report=False), settings, Metrics())
     assert daemon.http._endpoints.ui is None
     on = load_settings({"repo_url": str(tmp_path / "none.git"), "state_dir": tmp_path / "s", "dry_run": True,
-                        "listen_port": 0})
+                        "listen_port": 0, "probe_port": 0})
     assert Daemon(make_reconciler(on, SystemClock(), report=False), on, Metrics()).http._endpoints.ui is not None
     assert Daemon(_Fake(), on, Metrics()).http._endpoints.ui is None  # not a reconciler of ours
 

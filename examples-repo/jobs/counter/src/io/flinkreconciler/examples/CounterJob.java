@@ -27,6 +27,7 @@ import org.apache.flink.api.java.functions.KeySelector;
 import org.apache.flink.api.java.tuple.Tuple2;
 import org.apache.flink.connector.datagen.source.DataGeneratorSource;
 import org.apache.flink.connector.datagen.source.GeneratorFunction;
+import org.apache.flink.streaming.api.datastream.DataStreamSink;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
 import org.apache.flink.util.Collector;
@@ -49,7 +50,11 @@ import org.apache.flink.util.ParameterTool;
  * without changing the job's spec in Git),
  * {@code --work-us N} costs N microseconds per record in the counting operator (default 0: an overloaded
  * job for the autoscaler), spent busy-spinning on a core, or asleep with {@code --work-mode sleep} (the
- * operator is just as busy to Flink's metrics, without taking a core from a shared machine).
+ * operator is just as busy to Flink's metrics, without taking a core from a shared machine),
+ * {@code --hot-key-share F} sends that share of the records (0..1) to key {@code k0} and spreads the rest over
+ * the other keys (skewed keys: one subtask of the counting operator busier than the others),
+ * {@code --sink-parallelism N} runs the sink at parallelism N of its own ({@code setParallelism}), whatever the
+ * job's parallelism (a sink that must not be scaled, e.g. one writer).
  * Checkpointing is configured by the cluster, not here.
  */
 public final class CounterJob {
@@ -66,6 +71,14 @@ public final class CounterJob {
         String workMode = params.get("work-mode", "spin");
         String rateScope = params.get("rate-scope", "job");
         String rateFile = params.get("rate-file", null);
+        double hotKeyShare = params.getDouble("hot-key-share", 0.0);
+        int sinkParallelism = params.getInt("sink-parallelism", 0);
+        if (hotKeyShare < 0 || hotKeyShare > 1) {
+            throw new IllegalArgumentException("--hot-key-share must be within 0..1, got " + hotKeyShare);
+        }
+        if (sinkParallelism < 0) {
+            throw new IllegalArgumentException("--sink-parallelism must be >= 1, got " + sinkParallelism);
+        }
         if (!rateScope.equals("job") && !rateScope.equals("taskmanager")) {
             throw new IllegalArgumentException("--rate-scope must be job or taskmanager, got " + rateScope);
         }
@@ -90,9 +103,10 @@ public final class CounterJob {
         RateLimiterStrategy limit = rateScope.equals("job")
                 ? RateLimiterStrategy.perSecond(rate) : new SharedRate(rate, rateFile);
         DataGeneratorSource<String> source = new DataGeneratorSource<>(
-                new KeyGenerator(keys), Long.MAX_VALUE, limit, Types.STRING);
+                new KeyGenerator(keys, hotKeyShare), Long.MAX_VALUE, limit, Types.STRING);
 
-        env.fromSource(source, WatermarkStrategy.noWatermarks(), "generator")
+        DataStreamSink<Tuple2<String, Long>> sink = env
+                .fromSource(source, WatermarkStrategy.noWatermarks(), "generator")
                 .uid("counter-source")
                 .name("generator")
                 .keyBy(new ByKey())
@@ -102,6 +116,9 @@ public final class CounterJob {
                 .sinkTo(new LatestCountSink(outputDir))
                 .uid("counter-sink")
                 .name("latest-count-files");
+        if (sinkParallelism > 0) {
+            sink.setParallelism(sinkParallelism);
+        }
 
         env.execute("counter");
     }
@@ -177,18 +194,30 @@ public final class CounterJob {
         }
     }
 
-    /** Maps the sequence number to one of N keys, round robin. */
+    /**
+     * Maps the sequence number to one of N keys, round robin; with a hot-key share h, h of every 1000 records go
+     * to k0 and the others round robin over k1..k(N-1).
+     */
     static final class KeyGenerator implements GeneratorFunction<Long, String> {
         private static final long serialVersionUID = 1L;
         private final int keys;
+        private final long hotPerMille;
 
-        KeyGenerator(int keys) {
+        KeyGenerator(int keys, double hotKeyShare) {
             this.keys = keys;
+            this.hotPerMille = Math.round(hotKeyShare * 1000);
         }
 
         @Override
         public String map(Long index) {
-            return "k" + (index % keys);
+            if (hotPerMille <= 0 || keys < 2) {
+                return "k" + (index % keys);
+            }
+            long slot = index % 1000;
+            if (slot < hotPerMille) {
+                return "k0";
+            }
+            return "k" + (1 + (index % (keys - 1)));
         }
     }
 
