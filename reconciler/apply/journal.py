@@ -546,11 +546,10 @@ class Journal:
                 r.update(last_outcome=outcome.value, last_message=message)
                 plan = (f or {}).get("plan") or {}
                 if outcome is Outcome.SUCCESS and applied_spec is not None:
-                    # A repair of the last applied spec (`AppPlan.failed`) put back what ran: still applied at its
-                    # own revision (its jar, its lineage), not at the one whose spec failed.
+                    # A repair of the last applied spec (`AppPlan.desired_revision`: Git's spec failed, or waits) put
+                    # back what ran: still applied at its own revision (its jar, its lineage), not at Git's head.
                     r.update(last_applied_spec=applied_spec,
-                             last_applied_revision=plan.get("desired_revision") or revision if plan.get("failed")
-                             else revision)
+                             last_applied_revision=plan.get("desired_revision") or revision)
                 _remember_failure(r, plan, outcome, message, revision=revision, interrupted=interrupted)
                 if not isinstance(job_id, Keep):
                     r["job_id"] = job_id
@@ -569,8 +568,8 @@ class Journal:
         plan = f.get("plan") or {}
         action = str(plan.get("purpose") or plan.get("action", "?")) + (" -> rolled back" if rolled_back else "")
         entry = Lineage(
-            # a repair of the last applied spec ran that spec: its job belongs to the revision it was applied at
-            revision=(plan.get("failed") and plan.get("desired_revision")) or f["revision"], at=started, action=action,
+            # a repair of the last applied spec runs that spec: its job belongs to the revision it was applied at
+            revision=plan.get("desired_revision") or f["revision"], at=started, action=action,
             outcome=outcome,
             restored_from=f.get("restored_from"), savepoints=produced,
             job_id=job_id if isinstance(job_id, str) else None,

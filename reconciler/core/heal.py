@@ -153,7 +153,8 @@ def recovering(ctx: Ctx) -> AppPlan | None:
             # What this repair applies is what runs: a Git change waits for the next pass, which plans it as the
             # upgrade it is (recording the new spec as applied here would skip it for good).
             fixed = fixed.model_copy(update={"desired": ctx.previous_canonical, "diff": (),
-                                             "change_class": ChangeClass.IGNORE})
+                                             "change_class": ChangeClass.IGNORE,
+                                             "desired_revision": rec.last_applied_revision if rec else None})
         return fixed
     if live.cluster is ClusterPhase.STARTING and live.job_id is None:
         what = f"the cluster is coming back ({live.cluster_message or 'starting'})"

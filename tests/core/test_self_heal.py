@@ -138,8 +138,11 @@ def test_self_healing_table(row: Row) -> None:
 
 def test_a_dead_taskmanager_is_restarted_at_the_spec_that_runs_not_a_new_one() -> None:
     """A change in Git while a TaskManager is dead must not reconfigure the cluster under the running job."""
-    p = plan(inp([P2], [P1], [live(cluster=ClusterPhase.STARTING, missing=("taskmanager-1",))], [rec()])).app("orders")
+    applied = rec(last_applied_revision="a" * 40)
+    dead_tm = live(cluster=ClusterPhase.STARTING, missing=("taskmanager-1",))
+    p = plan(inp([P2], [P1], [dead_tm], [applied])).app("orders")
     assert p.action is Action.REPAIR
+    assert p.desired_revision == "a" * 40, "still applied at its own revision, not at Git's head (found by the soak)"
     ensure, wait = p.steps
     assert isinstance(ensure, EnsureCluster) and ensure.spec is SpecRef.PREVIOUS
     assert isinstance(wait, AwaitRunning) and wait.job_id == JOB
