@@ -20,11 +20,18 @@ draws from a `random.Random(seed)`:
             daemon reads that record for every Flink call), just before the round's push. The faults stay
             armed 5-15 s, and while that app's transition is still in flight (up to 30 s more); the proxy
             then passes everything through and the record is pointed back at the JobManager.
+    stopfail  an upgrade whose stop-with-savepoint genuinely fails and whose old job then dies too: a `--rate`
+            change (its first step is the stop), the app's savepoint directory replaced by a plain file before the
+            push (Flink cannot create the savepoint under it), and once the upgrade has failed, kill -9 of its
+            JobManager (then the directory is put back).
+            The failed spec is not retried until Git changes it; the last applied spec must run again, from its
+            newest state, and the commit's status must say both.
 
 After each round it waits (bounded by --converge-timeout) until every app is converged, seen twice in a
 row: its record has the pushed spec applied and nothing in flight, and its cluster runs exactly one
-unfinished job, RUNNING with every task up, the job the record names, at the desired parallelism.
-The converge time runs from the round's first action to the first converged sample.
+unfinished job, RUNNING with every task up, the job the record names, at the desired parallelism. After a
+`stopfail`, until the next push to that app, "the pushed spec" is the one that ran before it, and its record must
+name the pushed one as failed. The converge time runs from the round's first action to the first converged sample.
 
 Invariants, checked on every sample (about once a second) and at the end:
 - no job started from empty state: every job after an app's first was restored from a savepoint or a
@@ -33,7 +40,9 @@ Invariants, checked on every sample (about once a second) and at the end:
   checkpoint intervals + 5 s)); smaller steps back are counted as replays (the sink is not transactional).
 - no record lost: every app keeps its record in the state directory;
 - one job per app: never two unfinished counter jobs over an app's clusters (live, standby, retired);
-- the daemon only exits when the soak stops it.
+- the daemon only exits when the soak stops it;
+- no app left without a job where Git wants one, unless every state of it is unusable and its status says so
+  (checked at the end of every round).
 
 Prints every round as it ends, then a summary (rounds, faults by kind, converge times median/max,
 replays, violations). Exit code 1 on a violation or a round that did not converge. Every JVM and daemon
@@ -83,7 +92,7 @@ from tests.fixtures.flink import COUNTER_DIR, COUNTER_MAIN, read_counts, teardow
 from tests.gitutil import Repo
 
 ROOT = Path(__file__).resolve().parents[1]
-FAULT_KINDS = ("daemon", "tm", "jm", "git", "rest")
+FAULT_KINDS = ("daemon", "tm", "jm", "git", "rest", "stopfail")
 CHANGE_KINDS = ("rate", "parallelism", "tm_memory")
 JAR_PATH = "jobs/counter/counter.jar"
 KEYS = 4
@@ -92,6 +101,10 @@ RATES = (20, 40, 60, 80)  # records/s over all keys
 PARALLELISMS = (1, 2)
 TM_MEMORIES = ("1280m", "1536m")
 TERMINAL = {"FINISHED", "CANCELED", "FAILED"}
+BLOCKED_SP_SUFFIX = ".soak-blocked"  # a savepoint directory moved aside by the stopfail fault
+# A status that says an app has no usable state (core.restore): the one reason it may be left without a job.
+NO_USABLE_STATE = ("no retained checkpoint", "could not be read", "belongs to a job this app never ran",
+                   "maxCheckpointAge")
 HTTP = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0), timeout=5.0)
 
 
@@ -284,6 +297,11 @@ class Soak:
         self.leftovers: list[str] = []  # clusters beside the live one at the end (not a violation: a leak)
         self.jobs_seen: dict[str, set[str]] = {}  # app -> job ids already checked
         self.restores: Counter[str] = Counter()  # how the jobs after the first were started
+        self.empty_starts = 0  # jobs after an app's first that were not restored from anything
+        # app -> (the spec that runs, the pushed commit whose spec failed): after a stopfail, until the next push
+        self.failed: dict[str, tuple[AppSpec, str]] = {}
+        self.without_job: list[str] = []  # at a round's end: apps with no job where Git wants one (unexplained)
+        self.without_job_said: list[str] = []  # ... whose every state is unusable, as their status says
 
     # ---- setup and teardown --------------------------------------------------------------------
 
@@ -374,7 +392,8 @@ class Soak:
             return None
 
     def view(self, app: str) -> AppView:
-        want = self.specs[app]
+        want, failed = self.specs[app], self.failed.get(app)
+        runs = failed[0] if failed else want  # after a stopfail: the spec that ran before the failed push
         url, doc = self.rest_url(app)
         cluster, procs_up = "no cluster.json", False
         if doc is not None:
@@ -402,7 +421,7 @@ class Soak:
             record = "NO RECORD"
         else:
             applied = spec_hash(rec.last_applied_spec) if rec.last_applied_spec else None
-            record = (f"applied {'the desired spec' if applied == want.spec_hash() else 'another spec'} "
+            record = (f"applied {'the desired spec' if applied == runs.spec_hash() else 'another spec'} "
                       f"({(rec.last_applied_revision or '-')[:8]}), outcome {rec.last_outcome}, "
                       f"job {(rec.job_id or '-')[:8]}")
             if inflight is not None:
@@ -414,8 +433,10 @@ class Soak:
             why = "no record"
         elif inflight is not None:
             why = "an execution is in flight"
-        elif not rec.last_applied_spec or spec_hash(rec.last_applied_spec) != want.spec_hash():
-            why = "the desired spec is not applied"
+        elif not rec.last_applied_spec or spec_hash(rec.last_applied_spec) != runs.spec_hash():
+            why = "the desired spec is not applied" if failed is None else "the last applied spec is not the one before"
+        elif failed is not None and rec.failed_spec_hash != want.spec_hash():
+            why = "the pushed spec is not recorded as failed"
         elif not procs_up:
             why = f"cluster processes down ({cluster})"
         elif jobs is None:
@@ -430,8 +451,8 @@ class Soak:
                 why = f"job {j['jid'][:8]} is {j.get('state')} with {running}/{total} tasks running"
             elif rec.job_id and rec.job_id != j["jid"]:
                 why = f"Flink runs {j['jid'][:8]}, the record names {rec.job_id[:8]}"
-            elif url is not None and (p := self.parallelism(url, j["jid"])) != want.parallelism:
-                why = f"job parallelism {p}, desired {want.parallelism}"
+            elif url is not None and (p := self.parallelism(url, j["jid"])) != runs.parallelism:
+                why = f"job parallelism {p}, desired {runs.parallelism}"
         return AppView(app, not why, why, cluster, jobs_text, record, unfinished,
                        live[0]["jid"] if len(live) == 1 else None, url)
 
@@ -507,6 +528,7 @@ class Soak:
                 if restored is None:
                     time.sleep(0.5)
             if restored is None:
+                self.empty_starts += 1
                 self.violate(f"{v.app}: job {v.job_id} was not restored from any savepoint or checkpoint "
                              "(started from empty state)")
             else:
@@ -542,10 +564,10 @@ class Soak:
 
     # ---- changes ------------------------------------------------------------------------------------
 
-    def pick_change(self) -> AppSpec | None:
+    def pick_change(self, kinds: Sequence[str] = CHANGE_KINDS) -> AppSpec:
         app = self.rng.choice(sorted(self.specs))
         cur = self.specs[app]
-        kind = self.rng.choice(CHANGE_KINDS)
+        kind = self.rng.choice(kinds)
         if kind == "rate":
             return replace(cur, rate=self.rng.choice([r for r in RATES if r != cur.rate]))
         if kind == "parallelism":
@@ -560,8 +582,10 @@ class Soak:
         self.repo.write(new.path, new.text())
         sha = self.repo.commit(f"{new.name}: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()))
         self.specs[new.name] = new
+        self.failed.pop(new.name, None)  # Git changed the spec: the new one is tried
         self.max_rate = max(self.max_rate, new.rate)
-        return {"app": new.name, "sha": sha[:12], **{k: f"{a} -> {b}" for k, (a, b) in changed.items()}}
+        return {"app": new.name, "sha": sha[:12], "commit": sha,
+                **{k: f"{a} -> {b}" for k, (a, b) in changed.items()}}
 
     # ---- faults -----------------------------------------------------------------------------------------
 
@@ -633,7 +657,7 @@ class Soak:
             shutil.move(self.origin_away, self.repo.origin)
         return {"kind": "git", "unreachable_s": away}
 
-    def fault_rest(self, app: str | None, then: Callable[[], None]) -> dict[str, Any]:
+    def fault_rest(self, app: str | None, then: Callable[[], object]) -> dict[str, Any]:
         """A fault proxy in front of one app's JobManager for a few seconds (see the module docstring);
         `then` (the round's push) runs once it is in place, so the transition meets the faults."""
         app = app or self.rng.choice(sorted(self.specs))
@@ -665,6 +689,82 @@ class Soak:
         self.unswap()
         return {"kind": "rest", "app": app, "window_s": round(time.monotonic() - armed, 1),
                 "rules": [f"{r.kind} {r.method} {r.path} x{r.times}" for r in rules], "injected": hits}
+
+    def fault_stopfail(self, change: AppSpec, then: Callable[[], str | None]) -> dict[str, Any]:
+        """A stop-with-savepoint that genuinely fails, then the old job killed with its JobManager (see the module
+        docstring). `then` (the round's push) runs once the savepoint directory is blocked; returns its commit."""
+        app = change.name
+        runs = self.failed[app][0] if app in self.failed else self.specs[app]
+        sp = self.runtime.paths(app).savepoints
+        if not sp.is_dir():
+            then()
+            return {"kind": "stopfail", "app": app, "skipped": "no savepoint directory"}
+        moved = sp.with_name(sp.name + BLOCKED_SP_SUFFIX)
+        os.replace(sp, moved)
+        sp.write_text("not a directory: the chaos soak blocks savepoints here\n")
+        try:
+            commit = then()
+            outcome, message = None, ""
+            end = time.monotonic() + 120  # a warm standby starts first
+            while time.monotonic() < end:
+                self.journal.refresh()
+                rec = self.journal.record(app)
+                if rec is not None and rec.last_attempted_revision == commit and self.journal.inflight(app) is None \
+                        and rec.last_outcome is not None and rec.last_outcome.value in ("failure", "success"):
+                    outcome, message = rec.last_outcome.value, rec.last_message or ""
+                    break
+                self.sample()
+                time.sleep(0.2)
+            if outcome != "failure":
+                return {"kind": "stopfail", "app": app, "skipped": f"the upgrade did not fail ({outcome}: "
+                                                                   f"{message[:200]})"}
+            _, doc = self.rest_url(app)
+            pid = None
+            if doc is not None and alive(int(doc["jobmanager"]["pid"]), f"-D{MARKER_PROPERTY}={doc['cluster_id']}"):
+                pid = int(doc["jobmanager"]["pid"])
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        finally:
+            sp.unlink()
+            os.replace(moved, sp)
+        assert commit is not None
+        self.failed[app] = (runs, commit)
+        return {"kind": "stopfail", "app": app, "commit": commit[:12], "killed_jobmanager": pid,
+                "failure": message[:300]}
+
+    def check_failed_status(self, app: str, commit: str) -> None:
+        """After a stopfail round converged: the failed commit's status says both facts (git notes on origin)."""
+        assert self.repo is not None
+        line = ""
+        end = time.monotonic() + 30  # statuses are pushed in the background
+        while time.monotonic() < end:
+            proc = subprocess.run(["git", "--git-dir", str(self.repo.origin), "notes", "--ref=flink-reconciler",
+                                   "show", commit], capture_output=True, text=True, check=False)
+            line = next((x for x in proc.stdout.splitlines() if x.startswith(f"flink-reconciler/{app}: ")), "")
+            if "runs again" in line:
+                break
+            time.sleep(1.0)
+        if not (line.startswith(f"flink-reconciler/{app}: failure - ") and "runs again" in line
+                and "already failed" in line):
+            self.violate(f"{app}: the status of {commit[:12]} does not say that its spec failed and the last applied "
+                         f"one runs again: {line[:400]!r}")
+
+    def check_jobs_where_wanted(self, index: int) -> None:
+        """At a round's end: an app Git wants running has a job, or its status says why none can be started
+        (every state unusable). Anything else is an app left without a job."""
+        rows: dict[str, Any] | None = None
+        for app in self.specs:
+            v = self.view(app)
+            if v.unfinished_jobs >= 1:
+                continue
+            if rows is None:
+                rows = {str(r.get("app")): r for r in self.status_rows()}
+            row = json.dumps(rows.get(app))
+            if any(s in row for s in NO_USABLE_STATE):
+                self.without_job_said.append(f"round {index}: {app}: {row[:300]}")
+            else:
+                self.without_job.append(f"round {index}: {app}")
+                self.violate(f"{app}: left without a job after round {index} ({v.why_not}; status {row[:300]})")
 
     def unswap(self) -> None:
         """Point every cluster.json back at its JobManager; a proxy is stopped once nothing names it."""
@@ -700,17 +800,30 @@ class Soak:
         fault = self.rng.choice(self.fault_kinds) if self.fault_kinds and self.rng.random() < 0.8 else None
         if change is None and fault is None:
             change = self.pick_change()
+        if fault == "stopfail" and (change is None or change.rate == self.specs[change.name].rate):
+            # A job-only upgrade: its first step is the stop (a parallelism change rescales in place, a TaskManager
+            # memory change may start a warm standby first, which the blocked directory fails before the stop).
+            change = self.pick_change(("rate",))
+        if fault == "stopfail" and change is not None and change.name in self.failed:
+            runs = self.failed[change.name][0]  # not the spec that runs after an earlier stopfail: nothing to stop
+            change = replace(change, rate=self.rng.choice([r for r in RATES if r not in (runs.rate,
+                                                                                      self.specs[change.name].rate)]))
         t0 = time.monotonic()
         pushed: dict[str, Any] | None = None
 
-        def push() -> None:
+        def push() -> str | None:
             nonlocal pushed
             if change is not None:
                 pushed = self.push(change)
+                return str(pushed["commit"])
+            return None
 
         faults: list[dict[str, Any]] = []
         if fault == "rest":
             faults.append(self.fault_rest(change.name if change is not None else None, then=push))
+        elif fault == "stopfail":
+            assert change is not None
+            faults.append(self.fault_stopfail(change, then=push))
         else:
             push()
         if fault == "daemon":
@@ -727,6 +840,10 @@ class Soak:
             log(f"round {index} did NOT converge within {self.converge_timeout:.0f} s:\n{text}")
             res.not_converged = [asdict(self.view(app)) for app in self.specs]
             res.not_converged.append({"describe": text})
+        for f in faults:
+            if f["kind"] == "stopfail" and "skipped" not in f and took is not None:
+                self.check_failed_status(f["app"], self.failed[f["app"]][1])
+        self.check_jobs_where_wanted(index)
         res.violations = self.violations[violations_before:]
         res.replays = self.replays - replays_before
         state = f"converged in {took:.1f} s" if took is not None else "NOT converged"
@@ -783,6 +900,8 @@ class Soak:
             "converge_s": {"median": round(statistics.median(times), 2), "max": max(times),
                            "min": min(times)} if times else None,
             "replays": self.replays, "restored_jobs": dict(self.restores), "violations": self.violations,
+            "empty_starts": self.empty_starts, "apps_without_job": self.without_job,
+            "apps_without_usable_state": self.without_job_said,
             "daemon_starts": self.daemon_starts, "leftover_clusters": self.leftovers,
             "round_log": [asdict(r) for r in self.rounds],
         }
@@ -886,13 +1005,15 @@ def report(fig: dict[str, Any]) -> str:
              f"  create: {fig['create_s']} s"]
     for r in fig["round_log"]:
         change = r["change"] or {}
-        what = ", ".join(f"{k} {v}" for k, v in change.items() if k not in ("sha",)) or "no change"
+        what = ", ".join(f"{k} {v}" for k, v in change.items() if k not in ("sha", "commit")) or "no change"
         faults = "; ".join(
             f["kind"] + ("" if "skipped" not in f else f" (skipped: {f['skipped']})")
             + (f" {f['signal']}" if "signal" in f else "") + (f" {f['app']}/{f['process']}" if "process" in f else "")
             + (" after the stop" if str(f.get("when", "")).startswith("after") else "")
             + (f" {f['app']}: {len(f['injected'])} fault(s) hit" if "injected" in f else "")
             + (f" {f['unreachable_s']} s" if "unreachable_s" in f else "")
+            + (f" {f['app']}: stop failed, JobManager killed" if f["kind"] == "stopfail" and "skipped" not in f
+               else "")
             for f in r["faults"]) or "no fault"
         state = f"converged in {r['converge_s']} s" if r["converged"] else "NOT CONVERGED"
         lines.append(f"  round {r['index']:>3}: {what:<44} | {faults:<40} | {state}"
@@ -907,7 +1028,10 @@ def report(fig: dict[str, Any]) -> str:
         + (f" (+{len(fig['skipped_faults'])} skipped)" if fig["skipped_faults"] else "")
         + (f"; {fig['mid_transition']} JVM kill(s) after an upgrade's stop" if fig.get("mid_transition") else ""),
         "converge time: " + (f"median {cs['median']} s, max {cs['max']} s, min {cs['min']} s" if cs else "-"),
-        f"new jobs restored from: {fig['restored_jobs'] or '-'} (none started from empty state unless listed below)",
+        f"new jobs restored from: {fig['restored_jobs'] or '-'}; started from empty state: {fig['empty_starts']}",
+        f"apps left without a job where Git wants one: {len(fig['apps_without_job'])}"
+        + (f" (and {len(fig['apps_without_usable_state'])} whose every state is unusable, said in their status)"
+           if fig["apps_without_usable_state"] else ""),
         f"count replays (restores from a checkpoint): {fig['replays']}",
         f"daemon starts: {fig['daemon_starts']}",
         f"clusters left beside the live ones: {fig['leftover_clusters'] or 'none'}",

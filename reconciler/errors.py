@@ -21,11 +21,19 @@ Callers decide by class, never by message text::
     │   └── FencedError             this replica does not hold the leader Lease: it must not write or act
     └── ReportError                 a commit-status sink failed (never blocks reconciling)
 
+Outside the tree, on purpose a `BaseException` (like KeyboardInterrupt): `ShutdownRequested`, raised by the
+clock's sleep once the process is stopping. It is not a failure: no `except Exception` turns it into a failed
+step; it unwinds a waiting step where it is, journaled and in flight, resumed at the next start.
+
 `FlinkRestError` (in `reconciler.live.flink`) subclasses the step errors so REST failures carry Flink's
 own error text and are retried or not by class.
 """
 
 from __future__ import annotations
+
+
+class ShutdownRequested(BaseException):
+    """The process is shutting down (the clock was stopped): stop waiting, leave the step in flight."""
 
 
 class ReconcilerError(Exception):

@@ -182,22 +182,27 @@ def age_text(d: timedelta) -> str:
 
 
 def failed_before(ctx: Ctx) -> AppPlan | None:
-    """A revision that failed is not retried in a loop: a new commit or a nonce retries."""
+    """A revision that failed is not retried in a loop: a new commit or a nonce retries. Remembered through the
+    repairs that keep the last applied spec running meanwhile (`AppRecord.failed_spec_hash`)."""
     rec = ctx.inp.records.get(ctx.name)
-    if not rec or rec.last_outcome is not Outcome.FAILURE:
+    if not rec:
         return None
-    if rec.last_attempted_spec_hash != ctx.desired.spec_hash:
-        return None
-    if rec.last_action == Action.REPAIR.value:  # the crash-loop guard counts failed repairs (repair_guard)
-        return None
-    if rec.last_action == INTERRUPTED:  # cut off by a fault (its JobManager died), not refused by the spec
-        return None
-    if (rec.last_message or "").startswith(FAILED_BEFORE):
-        return ctx.app_plan(Action.BLOCKED, rec.last_message or "")  # already said; never nest it
+    if rec.failed_spec_hash is not None and rec.failed_spec_hash == ctx.desired.spec_hash:
+        revision, message = rec.failed_revision, rec.failed_message
+    else:
+        if rec.last_outcome is not Outcome.FAILURE or rec.last_attempted_spec_hash != ctx.desired.spec_hash:
+            return None
+        # A failed repair is counted by the crash-loop guard (repair_guard); an interrupted execution was cut off by
+        # a fault (its JobManager died), not refused by the spec.
+        if rec.last_action in (Action.REPAIR.value, INTERRUPTED):
+            return None
+        if (rec.last_message or "").startswith(FAILED_BEFORE):
+            return ctx.app_plan(Action.BLOCKED, rec.last_message or "")  # already said; never nest it
+        revision, message = rec.last_attempted_revision, rec.last_message
     return ctx.app_plan(
         Action.BLOCKED,
-        f"{FAILED_BEFORE} at revision {(rec.last_attempted_revision or '?')[:12]}: "
-        f"{rec.last_message or 'see history'}. Not retrying in a loop: push a fix, or bump "
+        f"{FAILED_BEFORE} at revision {(revision or '?')[:12]}: "
+        f"{message or 'see history'}. Not retrying in a loop: push a fix, or bump "
         "spec.job.restartNonce to retry the same spec.",
     )
 

@@ -5,6 +5,8 @@ the app's record.
 
 from __future__ import annotations
 
+import re
+
 from reconciler.core.context import Ctx, age_text, ctx_start_steps, failed_before, step_deadlines
 from reconciler.core.diff import highest_class
 from reconciler.core.observed import ClusterPhase, JobPhase, LiveApp
@@ -21,7 +23,42 @@ from reconciler.core.plan import (
     Step,
 )
 from reconciler.core.restore import restore_when_not_running
-from reconciler.spec.model import ChangeClass, UpgradeMode
+from reconciler.spec.model import ChangeClass, JobState, UpgradeMode
+
+
+def heal_previous(ctx: Ctx, failed: AppPlan) -> AppPlan:
+    """Git's spec failed (`failed`: this spec already failed, not retried until Git changes it) and the job is not
+    running healthily: an upgrade that failed while its old job died too (a stop that failed, then a kill; a new job
+    that could not start and a rollback that could not restart the old one). The last applied spec runs again,
+    healed as if Git still asked for it: from its newest savepoint or checkpoint, never empty, with the crash-loop
+    guard and its backoff counted under that spec's hash (`recovering`, `repair_guard`, `repair`). The plan says both
+    facts, and names the failure (`AppPlan.failed`) so the commit's status stays a failure. Without a last applied
+    spec that ran (a create or a resume failed) there is nothing to go back to: `failed` stands."""
+    prev, rec = ctx.previous, ctx.inp.records.get(ctx.name)
+    if prev is None or prev.spec.job.state is not JobState.RUNNING or rec is None or ctx.previous_canonical is None:
+        return failed
+    live = ctx.live
+    if live.ha_job_id is not None and live.ha_job_id != rec.job_id:
+        # Flink's HA data of a job the record does not say runs (the failed spec's new job): never rejoined.
+        live = live.model_copy(update={"ha_job_id": None})
+    back = Ctx(ctx.name, prev, prev, live, ctx.inp, (), ctx.previous_canonical, ctx.previous_canonical)
+    kind = repair_kind(live)
+    healed = recovering(back) or repair_guard(back, kind) or repair(back)
+    at = rec.last_applied_revision
+    spec_at = f"the last applied spec (revision {at[:12]})" if at else "the last applied spec"
+    # What the failure said of the old job then ("keeps running") is not true now that nothing runs: left out.
+    why = _STILL_RAN.sub("", failed.reason.split(". Not retrying in a loop", 1)[0])
+    if healed.action is Action.REPAIR:
+        said = f"{why}; it is not retried until Git changes it. Meanwhile {spec_at} runs again: {healed.reason}"
+    elif healed.action is Action.BLOCKED:
+        said = f"{_STILL_RAN.sub('', failed.reason)} And {spec_at} cannot run again by itself either: {healed.reason}"
+    else:
+        said = f"{_STILL_RAN.sub('', failed.reason)} Meanwhile, for {spec_at}: {healed.reason}"
+    return healed.model_copy(update={"reason": said, "failed": why, "desired_revision": at,
+                                     "repair": healed.repair or kind})
+
+
+_STILL_RAN = re.compile(r"; the old job keeps running \(Flink says job [0-9a-f]+ is RUNNING\)")
 
 
 def repair(ctx: Ctx) -> AppPlan:
@@ -116,7 +153,8 @@ def recovering(ctx: Ctx) -> AppPlan | None:
             # What this repair applies is what runs: a Git change waits for the next pass, which plans it as the
             # upgrade it is (recording the new spec as applied here would skip it for good).
             fixed = fixed.model_copy(update={"desired": ctx.previous_canonical, "diff": (),
-                                             "change_class": ChangeClass.IGNORE})
+                                             "change_class": ChangeClass.IGNORE,
+                                             "desired_revision": rec.last_applied_revision if rec else None})
         return fixed
     if live.cluster is ClusterPhase.STARTING and live.job_id is None:
         what = f"the cluster is coming back ({live.cluster_message or 'starting'})"

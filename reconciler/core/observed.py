@@ -203,6 +203,13 @@ class AppRecord(Frozen):
     # Every job id this app's executions submitted, as far as its lineage goes back: a retained checkpoint of
     # another job is not this app's newest state (a copied directory, a reused name).
     job_ids: tuple[str, ...] = ()
+    # The last spec whose own execution failed (an upgrade, a create, a scale; not a repair, not an interruption),
+    # kept while repairs run meanwhile: a repair rewrites `last_attempted_*` to the spec it runs, and the failed spec
+    # must still not be tried again until Git changes it (`core.context.failed_before`). A success of a new spec
+    # clears it.
+    failed_spec_hash: str | None = None
+    failed_revision: str | None = None
+    failed_message: str | None = None
 
     @property
     def latest_savepoint(self) -> SavepointRecord | None:

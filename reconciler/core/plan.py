@@ -315,6 +315,12 @@ class AppPlan(_Frozen):
     # What the execution is, when its action alone does not say: "rollback" (`rollback APP --to REV`, an
     # upgrade to REV's spec). History and lineage name the execution by it.
     purpose: Literal["rollback"] | None = None
+    # A repair at the last applied spec because Git's spec failed and nothing runs (`core.heal.heal_previous`):
+    # why Git's spec failed (said with the repair on the commit, whose status stays a failure).
+    failed: str | None = None
+    # A repair that deploys the last applied spec while Git has another (the one above; a dead process restarted
+    # at the spec that runs): the revision that spec was applied at, where its jar and its lineage belong.
+    desired_revision: str | None = None
 
     @property
     def label(self) -> str:

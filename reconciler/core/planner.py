@@ -26,7 +26,7 @@ from reconciler.core.context import (
     step_deadlines,
 )
 from reconciler.core.diff import diff, field_name, highest_class
-from reconciler.core.heal import recovering, repair, repair_guard, repair_kind
+from reconciler.core.heal import heal_previous, recovering, repair, repair_guard, repair_kind
 from reconciler.core.observed import (
     ClusterPhase,
     JobPhase,
@@ -312,12 +312,14 @@ def _plan_present(
         return blocked or _resume(ctx)
 
     if live.job is not JobPhase.RUNNING or live.missing_processes:  # it ran: heal (docs/plan.md#self-healing)
+        if blocked is not None:  # Git's spec failed, and what runs (or ran) is the last applied one: heal that
+            return heal_previous(ctx, blocked)
         waiting = recovering(ctx)
         if waiting is not None:
             return waiting
         if live.job_id and highest_class(changes) >= ChangeClass.UPGRADE:
-            return blocked or _upgrade(ctx, _changed_fields(changes, ChangeClass.UPGRADE) + " while the job is down")
-        return blocked or repair_guard(ctx, repair_kind(live)) or repair(ctx)
+            return _upgrade(ctx, _changed_fields(changes, ChangeClass.UPGRADE) + " while the job is down")
+        return repair_guard(ctx, repair_kind(live)) or repair(ctx)
 
     job = live.job_id
     assert job is not None

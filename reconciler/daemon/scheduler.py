@@ -32,7 +32,7 @@ from reconciler.daemon.http_server import Limits
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.ports import AsksForPasses, ReconcileService, StatusSource
 from reconciler.daemon.webhooks import WebhookEvent, WebhookSecrets
-from reconciler.errors import ReconcilerError
+from reconciler.errors import ReconcilerError, ShutdownRequested
 from reconciler.logs import mask_secrets, utc_timestamp
 from reconciler.memory import release_memory
 from reconciler.redaction import redact_url
@@ -154,6 +154,12 @@ class SyncRunner:
         log.info("sync started", extra={"trigger": job.trigger, "full": job.full, "reason": reason})
         try:
             self._service.sync(full=job.full, reason=reason)
+        except ShutdownRequested:
+            # Stopped while a step waited (the clock woke it): its transition stays in flight in the journal, and
+            # the next start resumes it. Not a failed pass.
+            log.info("sync stopped for shutdown: the waiting steps stay in flight and resume on the next start",
+                     extra={"trigger": job.trigger})
+            return
         except ReconcilerError as e:
             error = f"{type(e).__name__}: {e}"
             log.warning("sync failed: %s", error, extra={"trigger": job.trigger})
@@ -282,6 +288,7 @@ class Daemon:
         if self._scheduler.running:
             self._scheduler.shutdown(wait=False)
         dropped = self.runner.close()
+        self.clock.stop()  # every step waiting on the clock (a retry's backoff, a poll) wakes now and parks
         if dropped is not None:
             log.info("dropping the pending %s sync: shutting down", dropped.trigger)
         running = self.runner.running

@@ -111,8 +111,10 @@ def with_stored_evidence(runtime: Runtime, app: LiveApp) -> LiveApp:
         stored = runtime.stored_snapshots(app.name)
     except ReconcilerError as e:
         return app.model_copy(update={"evidence_error": str(e)})
-    sp = next((c for c in stored if c.is_savepoint), None)
-    ck = next((c for c in stored if not c.is_savepoint), None)
+    # The newest of each kind by its time, not the first listed: a runtime's list out of order (its contract is
+    # newest first, tests/live/snapshot_contract.py) would otherwise be a silent rewind.
+    sp = max((c for c in stored if c.is_savepoint), key=lambda c: c.completed_at, default=None)
+    ck = max((c for c in stored if not c.is_savepoint), key=lambda c: c.completed_at, default=None)
     return app.model_copy(update={"stored_savepoint": sp, "stored_checkpoint": ck})
 
 

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from reconciler.apply.executor import AppResult, Executor, StepEvent
 from reconciler.apply.journal import Journal, broken_reason
 from reconciler.clock import Clock
+from reconciler.core.context import FAILED_BEFORE
 from reconciler.core.observed import (
     AppRecord,
     ClusterPhase,
@@ -349,6 +350,10 @@ class Reconciler:
         deadline, as on a loaded machine): recorded as recovered. Any other failure stays until Git changes."""
         if rec.last_action != Action.REPAIR.value or rec.last_outcome is not Outcome.FAILURE:
             return False
+        if (rec.last_message or "").startswith(FAILED_BEFORE):
+            # Not the repair's failure: the answer given since about Git's failed spec, while the repair of the last
+            # applied spec succeeded (core.heal.heal_previous). Recording "recovered" would flip-flop every pass.
+            return False
         if la.job_id is None or la.job_id not in (rec.job_id, *rec.job_ids) or la.latest_checkpoint is None:
             return False
         try:
@@ -425,10 +430,13 @@ class Reconciler:
                 applied.update({n: inf.plan.desired or inf.plan.previous
                                 for n, inf in self.journal.all_inflight().items()})
                 sessions.prepare_from_records(self.runtime, applied)
+            pending = self.journal.all_inflight()  # what each resumed execution was (its status names it)
             resumed = executor.resume_all()
             for name, res in resumed.items():
                 record = self.journal.record(name)  # a resumed execution belongs to the revision it began at
-                self._report_result(record.last_attempted_revision if record else rev, res)
+                inf = pending.get(name)
+                self._report_result(record.last_attempted_revision if record else rev, res,
+                                    inf.plan if inf is not None else None)
             if saved is not None:
                 the_plan = self._check_saved(saved)
             else:
@@ -447,7 +455,7 @@ class Reconciler:
             results = executor.run(the_plan)
             for res in results.values():
                 if res.app not in resumed:
-                    self._report_result(the_plan.revision, res)
+                    self._report_result(the_plan.revision, res, the_plan.app(res.app))
             if the_plan.clusters:  # session clusters go after their apps (their jobs' final savepoints)
                 sessions.run_clusters(self.runtime, the_plan, {n: r.outcome for n, r in results.items()},
                                       deadline=self.clock.monotonic() + 120.0)
@@ -579,7 +587,7 @@ class Reconciler:
         if loaded is None or loaded.app.canonical() != app.canonical():
             inf = self.journal.inflight(app.name)
             if inf is not None and inf.plan.desired is not None and inf.plan.desired == app.canonical():
-                rev = inf.revision
+                rev = inf.plan.desired_revision or inf.revision  # a repair of the last applied spec: its revision
             else:
                 rec = self.journal.record(app.name)
                 rev = rec.last_applied_revision if rec and rec.last_applied_revision else rev
@@ -620,16 +628,21 @@ class Reconciler:
                 out.append(self._commit_status(rev, ap.app, Outcome.ERROR, self._stable(rev, ap.app, ap.reason)))
             elif ap.action is Action.BLOCKED:
                 rec = self.journal.record(ap.app)
-                if (rec and rec.last_outcome is Outcome.FAILURE and rec.last_attempted_revision == rev
-                        and ap.repair is None):
-                    continue  # this commit already shows why it failed; "blocked" would only bury that
+                if rec and ap.repair is None and (
+                        (rec.last_outcome is Outcome.FAILURE and rec.last_attempted_revision == rev)
+                        or rec.failed_revision == rev):
+                    # this commit already shows why it failed (and, after a repair of the last applied spec, that
+                    # it runs again); "blocked" would only bury that
+                    continue
                 out.append(self._commit_status(rev, ap.app, Outcome.FAILURE,
                                                self._stable(rev, ap.app, "blocked: " + ap.reason)))
             elif ap.action is Action.NOOP:
-                if incremental:
-                    out.append(self._commit_status(rev, ap.app, Outcome.SUCCESS, ap.reason))
-            else:
-                out.append(self._commit_status(rev, ap.app, Outcome.PENDING, _pending_text(ap)))
+                if incremental:  # a wait before healing the last applied spec: this commit's spec still failed
+                    out.append(self._commit_status(rev, ap.app, Outcome.FAILURE if ap.failed else Outcome.SUCCESS,
+                                                   ap.reason))
+            else:  # a repair of the last applied spec because this commit's failed: the commit stays failed
+                out.append(self._commit_status(rev, ap.app, Outcome.FAILURE if ap.failed else Outcome.PENDING,
+                                               _pending_text(ap)))
         self.reporter.report_many(out)  # one batch: one note push for the whole pass
 
     def _stable(self, revision: str, app: str, text: str) -> str:
@@ -642,12 +655,15 @@ class Reconciler:
         self._said[app] = (key, text)
         return text
 
-    def _report_result(self, revision: str | None, res: AppResult) -> None:
+    def _report_result(self, revision: str | None, res: AppResult, ap: AppPlan | None = None) -> None:
         if revision is None or res.action in (Action.ERROR, Action.BLOCKED, Action.NOOP):
             return
         if self.leader is not None and not self.leader():
             return  # a deposed replica reports nothing: the leader finishes the transition and reports it
-        self._status(revision, res.app, res.outcome, res.message, res=res)
+        if ap is not None and ap.failed:  # both facts: this commit's spec failed; the last applied one runs again
+            self._status(revision, res.app, Outcome.FAILURE, healed_text(ap, res), res=res)
+        else:
+            self._status(revision, res.app, res.outcome, res.message, res=res)
         if self._recovered is not None:  # keep the fallback current without re-reading every note
             for path in res.savepoints:
                 sp = SavepointRecord(path=path, taken_at=self.clock.now(), revision=revision)
@@ -699,6 +715,18 @@ def app_state(ap: AppPlan, res: AppResult | None) -> tuple[str, str]:
     if res is not None and res.outcome is Outcome.FAILURE:
         return "failure", res.message
     return "ok", res.message if res is not None else ap.reason
+
+
+def healed_text(ap: AppPlan, res: AppResult) -> str:
+    """The status of a repair of the last applied spec, on a commit whose spec failed: both facts, what runs first
+    (a forge shows the first 140 characters)."""
+    assert ap.failed is not None
+    spec = f"the last applied spec (revision {ap.desired_revision[:12]})" if ap.desired_revision else \
+        "the last applied spec"
+    if res.outcome is Outcome.SUCCESS:
+        return (f"{spec[0].upper()}{spec[1:]} runs again" + (f": job {res.job_id}" if res.job_id else "")
+                + f"; {ap.failed} (not retried until Git changes it)")
+    return f"{ap.failed}; and the repair of {spec} failed too: {res.message}"
 
 
 def _pending_text(ap: AppPlan) -> str:

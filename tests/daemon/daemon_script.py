@@ -1,10 +1,11 @@
 """A real daemon process for the signal and lock tests: `run()` around a file-recording fake service.
 
-usage: python -m tests.daemon.daemon_script <state_dir> <record_file> [stuck]
+usage: python -m tests.daemon.daemon_script <state_dir> <record_file> [stuck|waiting]
 
 The fake service appends one line per event to <record_file>. A sync whose reason mentions a webhook
 blocks, as a long upgrade would, until shutdown() parks it; with `stuck`, it runs on a worker thread that
-does not notice shutdown (a step retrying, a JVM slow to stop), as the executor's apply threads do.
+does not notice shutdown (a JVM slow to stop); with `waiting`, on worker threads that wait on the daemon's clock,
+as the executor's steps do between polls and retries (the clock's stop wakes them).
 """
 
 from __future__ import annotations
@@ -18,17 +19,18 @@ from pathlib import Path
 from reconciler.clock import Clock
 from reconciler.daemon.main import run
 from reconciler.daemon.metrics import Metrics
-from reconciler.errors import ConfigError
+from reconciler.errors import ConfigError, ShutdownRequested
 from reconciler.logs import setup_logging
 from reconciler.settings import Settings, load_settings
 from tests.daemon.forges import GITHUB_SECRET
 
 
 class RecordingService:
-    def __init__(self, record: Path, *, stuck: bool = False) -> None:
+    def __init__(self, record: Path, *, stuck: bool = False, clock: Clock | None = None) -> None:
         self._record = record
         self._stuck = stuck
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apply")
+        self._clock = clock  # `waiting`: steps wait on it
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="apply")
         self._parked = threading.Event()
         self._lock = threading.Lock()
 
@@ -39,6 +41,12 @@ class RecordingService:
 
     def sync(self, *, full: bool, reason: str) -> None:
         self._write(f"sync full={full} reason={reason}")
+        if "webhook" in reason and self._clock is not None:
+            steps = [self._pool.submit(self._step, name) for name in ("poll", "retry")]
+            for step in steps:
+                step.result()  # re-raises ShutdownRequested: the pass ends there, as the executor's does
+            self._write("step done")
+            return
         if "webhook" in reason and self._stuck:
             self._pool.submit(time.sleep, 60).result()
             self._write("step done")
@@ -47,6 +55,15 @@ class RecordingService:
             self._write("parked")
             return
         self._write("synced")
+
+    def _step(self, name: str) -> None:
+        assert self._clock is not None
+        self._write(f"waiting {name}")
+        try:
+            self._clock.sleep(3600)  # a savepoint poll, a retry's backoff: far past the shutdown deadline
+        except ShutdownRequested:
+            self._write(f"woken {name}")
+            raise
 
     def readiness(self) -> tuple[bool, str]:
         return True, "fake: always ready"
@@ -59,6 +76,7 @@ class RecordingService:
 def main() -> int:
     state_dir, record = Path(sys.argv[1]), Path(sys.argv[2])
     stuck = sys.argv[3:] == ["stuck"]
+    waiting = sys.argv[3:] == ["waiting"]
     setup_logging("json", "INFO")
     settings = load_settings(
         {
@@ -74,7 +92,7 @@ def main() -> int:
     )
 
     def make(s: Settings, m: Metrics, c: Clock) -> RecordingService:
-        return RecordingService(record, stuck=stuck)
+        return RecordingService(record, stuck=stuck, clock=c if waiting else None)
 
     try:
         return run(settings, make)

@@ -144,6 +144,32 @@ def test_a_pass_that_does_not_park_in_time_does_not_keep_the_process_alive(tmp_p
             d.proc.wait()
 
 
+def test_sigterm_wakes_every_waiting_step_at_once_and_exits_clean(tmp_path: Path) -> None:
+    """Issue 35: steps waiting on the clock (an hour each here) are woken by the shutdown at once: the process exits
+    0 well before its 10 s shutdown deadline (before: at the deadline, 1, the steps still waiting)."""
+    d = start_daemon(tmp_path, tmp_path / "state", "waiting", "waiting")
+    try:
+        url = d.url()
+        d.wait_for(lambda: "synced" in d.records(), "the startup sync")
+        headers, body = forges.github(forges.github_push_payload())
+        assert httpx.post(url + "/webhook", content=body, headers=headers, timeout=10).status_code == 202
+        d.wait_for(lambda: {"waiting poll", "waiting retry"} <= set(d.records()), "both steps to wait")
+        sent = time.monotonic()
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.proc.wait(timeout=30) == 0
+        assert time.monotonic() - sent < 5, "exited at once, not at the shutdown deadline"
+        records = d.records()
+        assert {"woken poll", "woken retry"} <= set(records) and "step done" not in records, records
+        messages = [rec.get("msg") for rec in d.log()]
+        assert any((m or "").startswith("sync stopped for shutdown") for m in messages), messages
+        assert "the running sync did not end within the 10.0s shutdown deadline" not in messages
+        assert next(rec for rec in d.log() if rec.get("msg") == "daemon stopped")["clean"] is True
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait()
+
+
 def test_idle_daemon_exits_promptly_on_sigterm(daemon: DaemonProcess) -> None:
     url = daemon.url(probes=True)
     daemon.wait_for(lambda: "synced" in daemon.records(), "the startup sync")

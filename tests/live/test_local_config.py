@@ -100,6 +100,12 @@ def test_summaries_keep_the_deepest_cause() -> None:
 def test_transient_text() -> None:
     assert is_transient_text("CheckpointException: Not all required tasks are currently running.")
     assert not is_transient_text("java.lang.ClassNotFoundException: x.Y")
+    # A savepoint refused because a TaskManager of the job just died (found by the chaos soak): Flink restarts the
+    # tasks, and a new trigger succeeds once they run.
+    assert is_transient_text(
+        "java.util.concurrent.CompletionException: org.apache.flink.runtime.checkpoint.CheckpointException: Trigger "
+        "checkpoint failure. (caused by: org.apache.flink.runtime.rpc.exceptions.RecipientUnreachableException: "
+        "Could not send message [RemoteRpcInvocation(TaskExecutorGateway.triggerCheckpoint(...))]")
 
 
 def test_unreadable_record_is_unknown_not_absent(tmp_path: Path) -> None:

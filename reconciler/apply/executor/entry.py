@@ -9,6 +9,7 @@ dying, and the journal is what a later `resume` continues from.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,7 @@ from reconciler.apply.executor.stages import Stages
 from reconciler.apply.journal import InFlight
 from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action, AppPlan, Plan
-from reconciler.errors import FencedError
+from reconciler.errors import FencedError, ReconcilerError, ShutdownRequested
 from reconciler.live.records import is_record_name
 from reconciler.logs import log_context
 
@@ -106,6 +107,16 @@ class Executor(Stages):
         try:
             with log_context(app=app):  # every line this app's execution logs names it
                 return fn()
+        except ShutdownRequested:
+            # The process stops while a step waits: the step stays in flight, as it is, and resumes at the next start.
+            # Said in the app's history (best effort: the process is going away either way).
+            inf = self.journal.inflight(app)
+            if inf is not None:
+                with contextlib.suppress(ReconcilerError):
+                    self.journal.note(app, "parked", f"shutdown while step {inf.step_index + 1} ({inf.stage.value}) "
+                                      "waited: it stays in flight and resumes at the next start",
+                                      revision=inf.revision, outcome=Outcome.PENDING)
+            raise
         except FencedError as e:  # deposed: stop here; the leader resumes from the record
             log.warning("%s: stopped, this replica may no longer act: %s", app, e)
             return AppResult(app=app, action=action, outcome=Outcome.FAILURE, failed_step=None,

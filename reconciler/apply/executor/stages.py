@@ -105,7 +105,8 @@ class Stages(StepHandlers):
                     return self._abort(run, self._inflight(app))
                 if no_rollback:
                     return self._finish(run, Outcome.FAILURE, failed_step=describe_step(f.step),
-                                        message=f"{describe_step(f.step)} failed: {f.cause}", job_id=KEEP)
+                                        message=f"{describe_step(f.step)} failed: {f.cause}"
+                                        + self._old_job_now(run), job_id=KEEP)
                 self.journal.start_rollback(app, failed_step=describe_step(f.step), failure=f.cause)
                 inf = self._inflight(app)
             else:
@@ -128,7 +129,25 @@ class Stages(StepHandlers):
                 "transition stays in flight and the next pass tries again"))
         undone = "; ".join(describe_step(s) for s in run.plan.abort)
         return self._finish(run, Outcome.FAILURE, failed_step=failed_step,
-                            message=f"{first}; the old job keeps running (undone: {undone})", job_id=KEEP)
+                            message=f"{first}{self._old_job_now(run)} (undone: {undone})", job_id=KEEP)
+
+    def _old_job_now(self, run: Run) -> str:
+        """What became of the job the plan was to stop, as Flink says now (a stop that failed leaves it running,
+        unless its JobManager died meanwhile): said as seen, never assumed. '' for a plan with no old job."""
+        old = next((s.job_id for s in run.plan.steps if isinstance(s, StopWithSavepoint | CancelJob)), None)
+        if old is None:
+            return ""
+        try:
+            state = self._job_state(self.runtime.flink(run.app), old)
+        except ReconcilerError as e:
+            return (f"; the old job {old} cannot be seen ({clip(str(e), 300)}): if nothing runs, the next pass "
+                    "starts the last applied spec again from its newest state")
+        if state == "RUNNING":
+            return f"; the old job keeps running (Flink says job {old} is RUNNING)"
+        if state is not None and state not in TERMINAL_STATES:
+            return f"; the old job {old} is {state}"
+        return (f"; the old job {old} is {state or 'gone'}: nothing runs, and the next pass starts the last applied "
+                "spec again from its newest state")
 
     def _stop_outcome_unknown(self, run: Run, step: StopWithSavepoint) -> bool:
         """Whether a failed stop-with-savepoint may still have stopped the job: its trigger was journaled (so
@@ -215,8 +234,9 @@ class Stages(StepHandlers):
         except StageFailedError as f:
             return self._finish(
                 run, Outcome.FAILURE, failed_step=failed_step,
-                message=f"{first}; the rollback failed too: {describe_step(f.step)}: {f.cause}; "
-                        "the app is left as it is and needs a human",
+                message=f"{first}; the rollback failed too: {describe_step(f.step)}: {f.cause}; the next pass "
+                        "looks again: with no job running it starts the last applied spec again from its newest "
+                        "state (this spec is not retried until Git changes it)",
                 job_id=None, rolled_back=False,
             )
         starts = [s for s in run.plan.rollback if isinstance(s, StartJob)]

@@ -145,6 +145,9 @@ def read_app_record(app: str, doc: Doc, where: str) -> AppRecord:
             repairs=tuple(datetime.fromisoformat(t) for t in r.get("repairs") or ()),
             repairs_spec_hash=r.get("repairs_spec_hash"),
             job_ids=_job_ids(doc),
+            failed_spec_hash=r.get("failed_spec_hash"),
+            failed_revision=r.get("failed_revision"),
+            failed_message=r.get("failed_message"),
         )
     except (ValueError, TypeError, ValidationError) as e:
         raise JournalError(f"{where}: unreadable record of app {app!r}: {e}") from e

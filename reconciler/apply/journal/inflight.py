@@ -54,6 +54,10 @@ class InFlightLog(History):
                 last_outcome=Outcome.PENDING.value, last_message=app_plan.reason, attempts=next_attempt(r, revision),
                 last_action=app_plan.action.value,
             )
+            if app_plan.failed and not r.get("failed_spec_hash") and r.get("last_attempted_spec_hash"):
+                # A record from before `failed_spec_hash`: what failed is kept before this repair rewrites it.
+                r.update(failed_spec_hash=r["last_attempted_spec_hash"],
+                         failed_revision=r.get("last_attempted_revision"), failed_message=_failure_of(app_plan.failed))
             if app_plan.action is Action.REPAIR:  # the crash-loop window counts repairs of one spec
                 earlier = r.get("repairs") or [] if r.get("repairs_spec_hash") == desired_hash else []
                 r.update(repairs=[*earlier, now][-MAX_REPAIRS:], repairs_spec_hash=desired_hash)
@@ -178,8 +182,13 @@ class InFlightLog(History):
                 lineage = self._lineage(doc, f, outcome, job_id, rolled_back=rolled_back)
             if not doc.get("forgotten"):
                 r.update(last_outcome=outcome.value, last_message=message)
+                plan = (f or {}).get("plan") or {}
                 if outcome is Outcome.SUCCESS and applied_spec is not None:
-                    r.update(last_applied_revision=revision, last_applied_spec=applied_spec)
+                    # A repair of the last applied spec (`AppPlan.desired_revision`: Git's spec failed, or waits) put
+                    # back what ran: still applied at its own revision (its jar, its lineage), not at Git's head.
+                    r.update(last_applied_spec=applied_spec,
+                             last_applied_revision=plan.get("desired_revision") or revision)
+                _remember_failure(r, plan, outcome, message, revision=revision, interrupted=interrupted)
                 if not isinstance(job_id, Keep):
                     r["job_id"] = job_id
                 if interrupted:
@@ -197,7 +206,9 @@ class InFlightLog(History):
         plan = f.get("plan") or {}
         action = str(plan.get("purpose") or plan.get("action", "?")) + (" -> rolled back" if rolled_back else "")
         entry = Lineage(
-            revision=f["revision"], at=started, action=action, outcome=outcome,
+            # a repair of the last applied spec runs that spec: its job belongs to the revision it was applied at
+            revision=plan.get("desired_revision") or f["revision"], at=started, action=action,
+            outcome=outcome,
             restored_from=f.get("restored_from"), savepoints=produced,
             job_id=job_id if isinstance(job_id, str) else None,
         )
@@ -209,3 +220,24 @@ class InFlightLog(History):
         })
         del doc["lineage"][:-MAX_LINEAGE]
         return entry
+
+
+def _remember_failure(r: Doc, plan: Doc, outcome: Outcome, message: str, *, revision: str | None,
+                      interrupted: bool) -> None:
+    """The spec whose own execution failed is remembered apart from `last_attempted_*`, which a repair rewrites to
+    the spec it runs: that spec is not tried again until Git changes it (`core.context.failed_before`). A repair's
+    failure is the crash-loop guard's, an interruption is a fault's; a spec applied since is a fresh start."""
+    action, desired = plan.get("action"), plan.get("desired")
+    if action == Action.REPAIR.value or not isinstance(desired, dict):
+        return
+    if outcome is Outcome.FAILURE and not interrupted:
+        r.update(failed_spec_hash=spec_hash(desired), failed_revision=revision, failed_message=message)
+    elif outcome is Outcome.SUCCESS:
+        for k in ("failed_spec_hash", "failed_revision", "failed_message"):
+            r.pop(k, None)
+
+
+def _failure_of(failed: str) -> str:
+    """The failure itself out of `AppPlan.failed` ("this spec already failed at revision R: <what>")."""
+    head, sep, what = failed.partition(": ")
+    return what if sep and head.startswith("this spec already failed") else failed

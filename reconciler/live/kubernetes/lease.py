@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from reconciler.clock import Clock
+from reconciler.errors import ShutdownRequested
 from reconciler.live.kubernetes.api import ApiClient, Kube, KubernetesApiError, KubernetesUnavailableError, Obj
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,9 @@ class LeaseElector:
         """Loop until `stop.is_set()` (a threading.Event), then release the lease."""
         while not stop.is_set():
             self.try_acquire_or_renew()
-            self.clock.sleep(self.retry_period)
+            try:
+                self.clock.sleep(self.retry_period)
+            except ShutdownRequested:  # the process stops: keep renewing until the service lets the lease go
+                stop.wait(self.retry_period)
         self.release()
 
