@@ -127,3 +127,12 @@ def flink_operator_crd(_standin: Standin | None) -> Iterator[None]:
     finally:
         if made:
             ext.delete_custom_resource_definition(FLINKDEPLOYMENT_CRD["metadata"]["name"])
+            # Gone before the next module looks for it: a CRD still terminating reads as installed, then vanishes.
+            for _ in range(300):
+                try:
+                    ext.read_custom_resource_definition(FLINKDEPLOYMENT_CRD["metadata"]["name"])
+                except k8s_client.ApiException as e:
+                    if e.status == 404:
+                        break
+                    raise
+                time.sleep(0.1)
