@@ -4,6 +4,7 @@ FLINK_RECONCILER_TEST_KUBECONFIG names a kubeconfig (each test then gets a throw
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -84,3 +85,54 @@ def standin_only(cluster: Cluster) -> Standin:
     if cluster.standin is None:
         pytest.skip("needs the stand-in (request log / proxy backends)")
     return cluster.standin
+
+
+FLINKDEPLOYMENT_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "flinkdeployments.flink.apache.org"},
+    "spec": {"group": "flink.apache.org", "scope": "Namespaced",
+             "names": {"kind": "FlinkDeployment", "plural": "flinkdeployments", "singular": "flinkdeployment",
+                       "listKind": "FlinkDeploymentList"},
+             "versions": [{"name": "v1beta1", "served": True, "storage": True, "subresources": {"status": {}},
+                           "schema": {"openAPIV3Schema": {"type": "object",
+                                                          "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+@pytest.fixture(scope="module")
+def flink_operator_crd(_standin: Standin | None) -> Iterator[None]:
+    """On a real API server: the operator's CustomResourceDefinition (a schemaless stand-in of its CRD), made for
+    a module (the operator takeover tests) when it is not installed, and removed again if it was made here."""
+    if _standin is not None:
+        yield
+        return
+    assert KUBECONFIG
+    api = k8s_config.new_client_from_config(config_file=KUBECONFIG)  # type: ignore[no-untyped-call]
+    ext = k8s_client.ApiextensionsV1Api(api)
+    made = False
+    try:
+        ext.read_custom_resource_definition(FLINKDEPLOYMENT_CRD["metadata"]["name"])
+    except k8s_client.ApiException as e:
+        if e.status != 404:
+            raise
+        ext.create_custom_resource_definition(FLINKDEPLOYMENT_CRD)  # type: ignore[arg-type]  # the client takes a plain dict too
+        made = True
+        for _ in range(100):  # established: served
+            got = ext.read_custom_resource_definition(FLINKDEPLOYMENT_CRD["metadata"]["name"])
+            conditions = (got.status.conditions if got.status else None) or []
+            if any(c.type == "Established" and c.status == "True" for c in conditions):
+                break
+            time.sleep(0.1)
+    try:
+        yield
+    finally:
+        if made:
+            ext.delete_custom_resource_definition(FLINKDEPLOYMENT_CRD["metadata"]["name"])
+            # Gone before the next module looks for it: a CRD still terminating reads as installed, then vanishes.
+            for _ in range(300):
+                try:
+                    ext.read_custom_resource_definition(FLINKDEPLOYMENT_CRD["metadata"]["name"])
+                except k8s_client.ApiException as e:
+                    if e.status == 404:
+                        break
+                    raise
+                time.sleep(0.1)

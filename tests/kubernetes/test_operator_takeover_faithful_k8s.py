@@ -23,14 +23,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
 
 from reconciler.apply.journal import Journal
 from reconciler.clock import Clock
@@ -42,10 +39,9 @@ from reconciler.operator_migration.status import before_suspend, suspension
 from reconciler.service.reconcile import Reconciler
 from reconciler.source.git import GitSource
 from tests.gitutil import Repo
-from tests.kubernetes.conftest import KUBECONFIG, Cluster
+from tests.kubernetes.conftest import Cluster
 from tests.kubernetes.flink_backend import FlinkBackend
 from tests.kubernetes.flink_operator import FALLBACK, PLACEHOLDER, FlinkOperator
-from tests.kubernetes.standin import Standin
 from tests.kubernetes.test_executor_k8s import APP, SimClock, SimCluster, World
 
 pytestmark = pytest.mark.kubernetes
@@ -138,50 +134,8 @@ class Move:
             "Deployment", self.w.cluster.namespace, "app.kubernetes.io/managed-by=flink-reconciler")]
 
 
-CRD: Obj = {
-    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-    "metadata": {"name": "flinkdeployments.flink.apache.org"},
-    "spec": {"group": "flink.apache.org", "scope": "Namespaced",
-             "names": {"kind": "FlinkDeployment", "plural": "flinkdeployments", "singular": "flinkdeployment",
-                       "listKind": "FlinkDeploymentList"},
-             "versions": [{"name": "v1beta1", "served": True, "storage": True, "subresources": {"status": {}},
-                           "schema": {"openAPIV3Schema": {"type": "object",
-                                                          "x-kubernetes-preserve-unknown-fields": True}}}]}}
-
-
-@pytest.fixture(scope="module")
-def _crd(_standin: Standin | None) -> Iterator[None]:
-    """On a real API server: the operator's CustomResourceDefinition (a schemaless stand-in of its CRD), made for
-    this module when it is not installed, and removed again if it was made here."""
-    if _standin is not None:
-        yield
-        return
-    assert KUBECONFIG
-    api = k8s_config.new_client_from_config(config_file=KUBECONFIG)  # type: ignore[no-untyped-call]
-    ext = k8s_client.ApiextensionsV1Api(api)
-    made = False
-    try:
-        ext.read_custom_resource_definition(CRD["metadata"]["name"])
-    except k8s_client.ApiException as e:
-        if e.status != 404:
-            raise
-        ext.create_custom_resource_definition(CRD)  # type: ignore[arg-type]  # the client takes a plain dict too
-        made = True
-        for _ in range(100):  # established: served
-            got = ext.read_custom_resource_definition(CRD["metadata"]["name"])
-            conditions = (got.status.conditions if got.status else None) or []
-            if any(c.type == "Established" and c.status == "True" for c in conditions):
-                break
-            time.sleep(0.1)
-    try:
-        yield
-    finally:
-        if made:
-            ext.delete_custom_resource_definition(CRD["metadata"]["name"])
-
-
 @pytest.fixture
-def move(cluster: Cluster, _crd: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Move]:
+def move(cluster: Cluster, flink_operator_crd: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Move]:
     """On the stand-in: `SimCluster` and the operator act whenever the code under test waits (no real time). On a
     real API server (FLINK_RECONCILER_TEST_KUBECONFIG): the same two, as controllers in a thread every 0.2 s, with
     real time; no node runs pods there, so `SimCluster` writes the pods' statuses, and the JobManager Service's

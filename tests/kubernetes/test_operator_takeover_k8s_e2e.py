@@ -18,10 +18,15 @@ thread of the test, playing what a takeover asks of it:
   `status.jobStatus.upgradeSavepointPath` with `lifecycleState: SUSPENDED`;
 - **deletion**: its finalizer removes its Services and ConfigMap, then lets the object go.
 
-What it does not show (the process node's limits, see process_node.py): the operator's native mode itself (its
-JobManager starting TaskManager pods through the API; here the TaskManager pod is created with the app), the
-official image's entrypoint, and garbage collection of the objects the operator's JobManager Deployment owns (the
-stand-in operator deletes them itself).
+What it does not show: the operator's native mode itself (its JobManager starting TaskManager pods through the
+API; here the TaskManager pod is created with the app), and on the process node (see process_node.py) the image's
+entrypoint and garbage collection of the objects the operator's JobManager Deployment owns (the stand-in operator
+deletes them itself).
+
+With FLINK_RECONCILER_TEST_KUBECONFIG (the node lab, real_node.py) the same runs on a real node: the operator's
+pods and ours in real containers of the e2e image, each asking a quarter core and tolerating the lab's taint as
+the e2e apps do; the FlinkDeployment CRD is made for the module (conftest.flink_operator_crd); the operator's
+REST calls go through the API server's service proxy with the kubeconfig's credentials.
 
 The takeover runs as four reconciler processes, each a new `Reconciler` with an empty state directory (its
 records are in the cluster); the first three die (kill -9: an exception nothing catches, raised just before a
@@ -63,7 +68,7 @@ from reconciler.source.git import GitSource
 from reconciler.spec.model import FlinkApp
 from tests.fixtures.flink import COUNTER_MAIN, read_counts, wait_until
 from tests.gitutil import Repo
-from tests.kubernetes.test_flink_on_k8s_e2e import CLAIM, HTTP, IMAGE, KEYS, K8sWorld, app_spec, module_world
+from tests.kubernetes.test_flink_on_k8s_e2e import CLAIM, IMAGE, KEYS, LAB_TOLERATION, K8sWorld, app_spec, module_world
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.flink, pytest.mark.slow]
 
@@ -100,9 +105,16 @@ def _labels(component: str | None = None) -> dict[str, str]:
     return {**NATIVE, **({"component": component} if component else {})}
 
 
+# What its FlinkDeployment asks of each pod. The operator sets requests and limits from `spec.*.resource`
+# (cpu times `kubernetes.*.cpu.limit-factor`, 1.0 by default); a quarter core, as our e2e apps ask, so that on a
+# two-core lab node (scripts/k8s-node-lab.sh) its pods and the takeover's new ones fit side by side.
+CPU, MEMORY = 0.25, "1024m"
+RESOURCES = {"requests": {"cpu": str(CPU), "memory": "1024Mi"}, "limits": {"cpu": str(CPU), "memory": "1024Mi"}}
+
+
 def _pod_spec(args: list[str], probe: Obj) -> Obj:
-    return {"containers": [{
-        "name": r.MAIN_CONTAINER, "image": IMAGE, "args": args, "readinessProbe": probe,
+    return {"tolerations": [LAB_TOLERATION], "containers": [{
+        "name": r.MAIN_CONTAINER, "image": IMAGE, "args": args, "readinessProbe": probe, "resources": RESOURCES,
         "volumeMounts": [{"name": "flink-config-volume", "mountPath": "/opt/flink/conf"},
                          {"name": "flink-data", "mountPath": "/flink-data"}]}],
         "volumes": [{"name": "flink-config-volume", "configMap": {"name": f"flink-config-{APP}"}},
@@ -129,7 +141,7 @@ class Operator:
 
     def rest(self, method: str, path: str, body: Obj | None = None) -> Any:
         url = f"{self.kube.host}/api/v1/namespaces/{self.ns}/services/{APP}-rest:{r.REST_PORT}/proxy{path}"
-        resp = HTTP.request(method, url, json=body, timeout=10)
+        resp = self.w.http.request(method, url, json=body, timeout=10)  # a real API server wants credentials
         resp.raise_for_status()
         return resp.json()
 
@@ -149,11 +161,11 @@ class Operator:
                                        "state.savepoints.dir": "file:///flink-data/savepoints",
                                        "state.checkpoints.dir": "file:///flink-data/checkpoints",
                                        "execution.checkpointing.interval": "1 s"},
-                "podTemplate": {"spec": {"containers": [{"name": r.MAIN_CONTAINER, "volumeMounts": [
-                    {"name": "flink-data", "mountPath": "/flink-data"}]}], "volumes": [
-                    {"name": "flink-data", "persistentVolumeClaim": {"claimName": CLAIM}}]}},
-                "jobManager": {"resource": {"memory": "1024m", "cpu": 1}},
-                "taskManager": {"resource": {"memory": "1024m", "cpu": 1}},
+                "podTemplate": {"spec": {"tolerations": [LAB_TOLERATION], "containers": [{
+                    "name": r.MAIN_CONTAINER, "volumeMounts": [{"name": "flink-data", "mountPath": "/flink-data"}]}],
+                    "volumes": [{"name": "flink-data", "persistentVolumeClaim": {"claimName": CLAIM}}]}},
+                "jobManager": {"resource": {"memory": MEMORY, "cpu": CPU}},
+                "taskManager": {"resource": {"memory": MEMORY, "cpu": CPU}},
                 "job": {"jarURI": "local:///opt/flink/usrlib/counter.jar", "entryClass": COUNTER_MAIN,
                         "args": list(spec.spec.job.args), "parallelism": 2, "upgradeMode": "savepoint",
                         "state": "running"}}
@@ -338,7 +350,7 @@ class Move:
 
 
 @pytest.fixture(scope="module")
-def move(world: K8sWorld, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Move]:
+def move(world: K8sWorld, flink_operator_crd: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Move]:
     w = world
     w.app, w.out = APP, OUT
     root = tmp_path_factory.mktemp("move-repo")
