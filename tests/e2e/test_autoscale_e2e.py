@@ -319,7 +319,10 @@ def test_recommend_mode_says_what_it_would_do_and_a_humans_parallelism_runs(
         return line if line.startswith(prefix + "scale down 3 -> 2 (called for since") else None
 
     note = poll(advice_note, timeout=60, what="the scale-down advice on the human's commit", alive=env.dead)
-    assert "held at 2 by scaleDownMaxFactor 0.6" in note and f"{SINK}: Writer (own parallelism 1" in note, note
+    # 30 rec/s calls for 1 on a quiet machine (the step cap holds it at 2); on a loaded one the busy time alone
+    # calls for 2. Either way the advice is 3 -> 2, and the sink with its own parallelism takes no part.
+    assert ("held at 2 by scaleDownMaxFactor 0.6" in note or "count-per-key needs 2:" in note), note
+    assert f"{SINK}: Writer (own parallelism 1" in note, note
     metrics = env.daemon.metrics()
     assert metric(metrics, "flink_reconciler_autoscale_parallelism", app=APP, kind="current") == 3
     assert metric(metrics, "flink_reconciler_autoscale_parallelism", app=APP, kind="wanted") == 2
@@ -342,7 +345,7 @@ def test_recommend_mode_says_what_it_would_do_and_a_humans_parallelism_runs(
     doc = json.loads(out)
     assert (doc["verdict"], doc["current"], doc["wanted"]) == ("wait", 3, 2), doc
     count = next(v for v in doc["vertices"] if v["name"].startswith("count-per-key"))
-    assert count["current"] == 3 and count["proposed"] == 1 and 0 < count["busyPct"] < 50, count
+    assert count["current"] == 3 and count["proposed"] in (1, 2) and 0 < count["busyPct"] < 80, count
     sink = next(v for v in doc["vertices"] if v["name"].startswith(SINK))
     assert sink["excluded"].startswith("own parallelism 1"), sink
 
