@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -159,7 +160,13 @@ class Env:
                 if len(got) < 2:
                     return None  # new tasks (after a rescale) report their metrics a moment later
                 busy, bp = got["accumulateBusyTimeMs"], got["accumulateBackPressuredTimeMs"]
-                out[v["name"]] = (v["parallelism"], busy["sum"], busy["max"], bp["sum"])
+                try:  # a subtask that has not measured yet makes Flink answer "NaN" (a string) for the aggregate
+                    row = (float(busy["sum"]), float(busy["max"]), float(bp["sum"]))
+                except (TypeError, ValueError):
+                    return None
+                if not all(math.isfinite(x) for x in row):
+                    return None
+                out[v["name"]] = (v["parallelism"], *row)
             return out
 
         def take() -> dict[str, tuple[int, float, float, float]]:
