@@ -34,6 +34,10 @@ _TRANSIENT_MARKERS = (
     # A TaskManager of the job died (kill -9, OOM) and Flink has not noticed yet: the trigger cannot reach it. Flink
     # restarts the tasks; the savepoint succeeds once they run. Found by the chaos soak: read as the spec's failure.
     "recipientunreachableexception",
+    # The trigger found no task left to acknowledge it: the tasks are being restarted (a TaskManager died under the
+    # stop; found by the chaos soak) or have all finished. A job whose tasks all FINISHED ends FINISHED, and the
+    # stop's next try reads the job's state first and gives up then ("no savepoint can be taken").
+    "checkpoint needs at least one vertex that commits the checkpoint",
 )
 # A 5xx containing one of these fails the same way every time: the user's jar or arguments are wrong.
 _PERMANENT_MARKERS = (

@@ -158,6 +158,11 @@ class FakeFlink:
         if job.state in TERMINAL or job.state == "CANCELLING":
             op.failure = f"java.lang.IllegalStateException: Job {op.job_id} is not running ({job.state})"
             return
+        if self.rt.savepoint_failures:
+            op.failure, after = self.rt.savepoint_failures.pop(0)
+            if after is not None:
+                job.state, job.tasks_running, job.ended_at = after, 0, now
+            return
         if self.rt.savepoint_failure is not None:
             op.failure = self.rt.savepoint_failure
             return
@@ -347,6 +352,8 @@ class FakeRuntime:
         self.behaviours: dict[str, Behaviour] = {}  # entry class -> behaviour
         self.interval_of: dict[str, float | None] = {}  # app -> checkpoint interval (s) of its running spec
         self.savepoint_failure: str | None = None  # every savepoint fails with this cause
+        # The next savepoints fail with these causes, one each; the job then ends in the given state (None: runs on).
+        self.savepoint_failures: list[tuple[str, str | None]] = []
         self.provision_error: str | None = None
         self.extra_paths: set[str] = set()  # restore paths that exist besides those taken here
         self.faults: list[Fault] = []

@@ -260,6 +260,37 @@ def test_a_transient_error_past_the_deadline_fails_the_step(world: World) -> Non
     assert world.rt.submits == []
 
 
+NO_COMMITTER = ("java.util.concurrent.CompletionException: org.apache.flink.runtime.checkpoint.CheckpointException: "
+                "Trigger checkpoint failure. (caused by: java.lang.IllegalArgumentException: Checkpoint needs at "
+                "least one vertex that commits the checkpoint)")
+
+
+def test_a_stop_refused_while_the_tasks_restart_is_retried_not_the_specs_failure(world: World) -> None:
+    # Chaos soak round 87: a TaskManager killed under the stop; Flink answers that no task can commit the
+    # checkpoint. The tasks come back, and a new trigger succeeds: the upgrade goes on.
+    old, new = make_app(), make_app(parallelism=2)
+    world.rt.seed_job(old, OLD)
+    world.rt.savepoint_failures = [(NO_COMMITTER, None), (NO_COMMITTER, None)]
+    result = world.ex.run_app(REV, upgrade(old, new))
+    assert result.outcome is Outcome.SUCCESS, result.message
+    assert len(world.rt.stop_triggers) == 3 and len(world.rt.savepoints_taken) == 1
+    assert live_jobs(world) == [NEW]
+
+
+def test_a_stop_refused_because_every_task_finished_gives_up_at_once(world: World) -> None:
+    # The same answer for a bounded job whose tasks all finished: the job ends FINISHED, there is nothing to stop
+    # and no savepoint to take. Not retried until the deadline; nothing started, nothing deleted.
+    old, new = make_app(), make_app(parallelism=2)
+    world.rt.seed_job(old, OLD)
+    world.rt.savepoint_failures = [(NO_COMMITTER, "FINISHED")]
+    t0 = world.clock.monotonic()
+    result = world.ex.run_app(REV, upgrade(old, new))
+    assert result.outcome is Outcome.FAILURE
+    assert "FINISHED" in result.message and "no savepoint can be taken" in result.message
+    assert len(world.rt.stop_triggers) == 1 and world.clock.monotonic() - t0 < 5
+    assert world.rt.submits == [] and world.rt.deletes == []
+
+
 def test_savepoint_refused_while_tasks_deploy_is_retried_with_a_new_trigger(world: World) -> None:
     old, new = make_app(), make_app(parallelism=2)
     world.rt.seed_job(old, OLD)
