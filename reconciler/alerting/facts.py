@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from reconciler.core.context import FAILED_BEFORE
 from reconciler.core.observed import AppRecord, ClusterPhase, JobPhase, LiveApp, Outcome
-from reconciler.core.plan import Action, AppPlan
+from reconciler.core.plan import INTERRUPTED, Action, AppPlan
 from reconciler.spec.model import FlinkApp, JobState
 
 CHECKPOINT_INTERVAL_KEY = "execution.checkpointing.interval"
@@ -50,15 +50,19 @@ class AppFacts:
     repaired: bool = False  # this pass ran a repair that succeeded (a heal done)
 
 
-def phase_of(ap: AppPlan, outcome: Outcome | None, *, repeated_repair: bool = False) -> Phase:
+def phase_of(ap: AppPlan, outcome: Outcome | None, *, repeated_repair: bool = False,
+             interrupted: bool = False) -> Phase:
     """The app's phase from its plan and how this pass's execution of it ended (None: not executed here).
-    `repeated_repair`: the record holds an earlier repair within the crash-loop window.
+    `repeated_repair`: the record holds an earlier repair within the crash-loop window. `interrupted`: the execution
+    that failed was cut off by a fault (its JobManager died mid-way, `core.plan.INTERRUPTED`), not refused by the
+    spec: the next pass heals the app and applies the spec, so it is healing, not a failed change (found by the
+    chaos soak: a JobManager kill in an upgrade paged "change failed" and resolved it 8 s later).
 
     Git's spec that failed stays `failed` while the last applied spec is healed meanwhile (`AppPlan.failed`): the
     passes of that time alternate between "this spec already failed" (the job runs) and a heal (it does not), and
     the phase must not follow them, or the change-failed alert fires and resolves on every pass (found by the chaos
     soak). Only a crash loop or a block of the healed spec says more."""
-    phase = _plan_phase(ap, outcome)
+    phase = Phase.HEALING if interrupted and outcome is Outcome.FAILURE else _plan_phase(ap, outcome)
     if phase is Phase.HEALING and repeated_repair and ap.action is Action.REPAIR:
         phase = Phase.CRASH_LOOP
     if ap.failed is not None and phase in (Phase.IN_SYNC, Phase.HEALING, Phase.CHANGING):
@@ -93,7 +97,8 @@ def facts_of(ap: AppPlan, *, outcome: Outcome | None, message: str | None, live:
     phase does not flap between the repairs and the backoff waits in between."""
     repeated = (record is not None and now is not None and repair_window is not None
                 and sum(1 for t in record.repairs if now - t <= repair_window) >= 2)
-    phase = phase_of(ap, outcome, repeated_repair=repeated)
+    interrupted = record is not None and record.last_action == INTERRUPTED
+    phase = phase_of(ap, outcome, repeated_repair=repeated, interrupted=interrupted)
     observed = live.cluster is not ClusterPhase.UNKNOWN
     interval = None
     if spec is not None:

@@ -80,6 +80,21 @@ def test_the_planners_crash_loop_plans_are_the_crash_loop_phase() -> None:
     assert got is Phase.CRASH_LOOP and the.action is Action.BLOCKED, the.reason
 
 
+def test_a_change_cut_off_by_a_fault_is_healing_not_a_failed_change() -> None:
+    # A JobManager killed mid-upgrade (no HA): the execution ends "interrupted", the spec is not to blame and the
+    # next pass heals the app and applies it. No change-failed alert for that (the chaos soak paged it, then
+    # resolved it 8 s later).
+    spec, live = app(), LiveApp(name="orders", cluster=ClusterPhase.UNKNOWN)
+    cut = record(last_action="interrupted", last_outcome=Outcome.FAILURE)
+    f = facts_of(ap(Action.UPGRADE), outcome=Outcome.FAILURE, message="interrupted: start job ...: the JobManager "
+                 "is not running", live=live, record=cut, spec=spec)
+    assert f.phase is Phase.HEALING and Trigger.CHANGE_FAILED not in {c.trigger for c in app_conditions(f, NOW, T)}
+    refused = record(last_action="upgrade", last_outcome=Outcome.FAILURE)
+    f = facts_of(ap(Action.UPGRADE), outcome=Outcome.FAILURE, message="stop job ... failed: disk full", live=live,
+                 record=refused, spec=spec)
+    assert f.phase is Phase.FAILED
+
+
 def test_a_repair_after_an_earlier_one_within_the_window_is_part_of_the_crash_loop() -> None:
     spec = app()
     window = timedelta(minutes=10)
