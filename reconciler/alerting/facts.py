@@ -48,6 +48,10 @@ class AppFacts:
     unhealthy_since: datetime | None = None  # since when the job is seen down (the record's, for self-healing)
     record_unreadable: str | None = None  # the record cannot be read: why, and what to do
     repaired: bool = False  # this pass ran a repair that succeeded (a heal done)
+    # Git's spec failed and is not retried until Git changes it, whatever the last applied spec does meanwhile (heals,
+    # a crash loop of its own): the change-failed alert follows this, not the phase, so a crash loop of the healed
+    # spec neither resolves nor re-fires it.
+    change_failed: bool = False
 
 
 def phase_of(ap: AppPlan, outcome: Outcome | None, *, repeated_repair: bool = False,
@@ -121,6 +125,7 @@ def facts_of(ap: AppPlan, *, outcome: Outcome | None, message: str | None, live:
         unhealthy_since=record.unhealthy_since if record is not None else None,
         record_unreadable=unreadable,
         repaired=ap.action is Action.REPAIR and outcome is Outcome.SUCCESS,
+        change_failed=phase is Phase.FAILED or ap.failed is not None,
     )
 
 

@@ -133,7 +133,9 @@ def triggers(f: AppFacts, t: Thresholds = T) -> set[Trigger]:
 @pytest.mark.parametrize(("f", "expected"), [
     (facts(), set()),
     (facts(phase=Phase.BLOCKED), {Trigger.APP_BLOCKED}),
-    (facts(phase=Phase.FAILED), {Trigger.CHANGE_FAILED}),
+    (facts(phase=Phase.FAILED, change_failed=True), {Trigger.CHANGE_FAILED}),
+    (facts(phase=Phase.CRASH_LOOP, change_failed=True, job_running=False, job_state="FAILED"),
+     {Trigger.CHANGE_FAILED, Trigger.CRASH_LOOP}),  # Git's spec failed and the last applied one crash-loops
     (facts(phase=Phase.CRASH_LOOP, job_running=False, job_state="FAILED"), {Trigger.CRASH_LOOP}),
     (facts(phase=Phase.BLOCKED, record_unreadable="not JSON"), {Trigger.RECORDS_UNREADABLE, Trigger.APP_BLOCKED}),
     # checkpoint age: over max(3 x interval, 2 min)
@@ -277,6 +279,23 @@ def test_a_failed_spec_stays_failed_while_the_last_applied_one_is_healed_meanwhi
         state, ev = advance(state, app_conditions(f, NOW, T), NOW + timedelta(seconds=i), Timing())
         sent += [(e.status, e.condition.trigger) for e in ev]
     assert sent == [(Status.FIRING, Trigger.CHANGE_FAILED)]
+    # Soak run 11: the TaskManager of the healed spec killed again and again; its repairs back off (a crash loop of
+    # the last applied spec). That alert comes and goes with the crash loop; the change-failed one stays as it is.
+    backing_off = unhealthy.model_copy(update={"repairs": (NOW - timedelta(seconds=5),),
+                                               "repairs_spec_hash": p1.spec_hash})
+    phases = []
+    for i, (live, r) in enumerate([(tm_gone, backing_off), (running(), rec), (tm_gone, backing_off),
+                                   (running(), rec)], start=len(passes)):
+        the = plan(inp([p2], [p1], [live], [r])).app("orders")
+        f = facts_of(the, outcome=None, message=None, live=live, record=r, spec=p2, now=NOW,
+                     repair_window=timedelta(minutes=10))
+        phases.append(f.phase)
+        state, ev = advance(state, app_conditions(f, NOW, T), NOW + timedelta(seconds=i), Timing())
+        sent += [(e.status, e.condition.trigger) for e in ev]
+    assert phases == [Phase.CRASH_LOOP, Phase.FAILED, Phase.CRASH_LOOP, Phase.FAILED]
+    assert sent == [(Status.FIRING, Trigger.CHANGE_FAILED),
+                    (Status.FIRING, Trigger.CRASH_LOOP), (Status.RESOLVED, Trigger.CRASH_LOOP),
+                    (Status.FIRING, Trigger.CRASH_LOOP), (Status.RESOLVED, Trigger.CRASH_LOOP)]
     # A fix pushed to Git: an upgrade of the new spec that succeeds resolves it.
     p3 = app(job={"args": ["v3"]})
     the = plan(inp([p3], [p1], [running()], [rec])).app("orders")
