@@ -50,8 +50,23 @@ class AppFacts:
     repaired: bool = False  # this pass ran a repair that succeeded (a heal done)
 
 
-def phase_of(ap: AppPlan, outcome: Outcome | None) -> Phase:
-    """The app's phase from its plan and how this pass's execution of it ended (None: not executed here)."""
+def phase_of(ap: AppPlan, outcome: Outcome | None, *, repeated_repair: bool = False) -> Phase:
+    """The app's phase from its plan and how this pass's execution of it ended (None: not executed here).
+    `repeated_repair`: the record holds an earlier repair within the crash-loop window.
+
+    Git's spec that failed stays `failed` while the last applied spec is healed meanwhile (`AppPlan.failed`): the
+    passes of that time alternate between "this spec already failed" (the job runs) and a heal (it does not), and
+    the phase must not follow them, or the change-failed alert fires and resolves on every pass (found by the chaos
+    soak). Only a crash loop or a block of the healed spec says more."""
+    phase = _plan_phase(ap, outcome)
+    if phase is Phase.HEALING and repeated_repair and ap.action is Action.REPAIR:
+        phase = Phase.CRASH_LOOP
+    if ap.failed is not None and phase in (Phase.IN_SYNC, Phase.HEALING, Phase.CHANGING):
+        return Phase.FAILED
+    return phase
+
+
+def _plan_phase(ap: AppPlan, outcome: Outcome | None) -> Phase:
     if ap.action is Action.ERROR or outcome is Outcome.ERROR:
         return Phase.INVALID
     if ap.action is Action.BLOCKED:
@@ -76,10 +91,9 @@ def facts_of(ap: AppPlan, *, outcome: Outcome | None, message: str | None, live:
     whether its job should run and its checkpoint interval. `now` and `repair_window` (the crash-loop window of
     self-healing): a repair that is not the first within the window is part of a crash loop, not a heal, so the
     phase does not flap between the repairs and the backoff waits in between."""
-    phase = phase_of(ap, outcome)
-    if (phase is Phase.HEALING and ap.action is Action.REPAIR and record is not None and now is not None
-            and repair_window is not None and sum(1 for t in record.repairs if now - t <= repair_window) >= 2):
-        phase = Phase.CRASH_LOOP
+    repeated = (record is not None and now is not None and repair_window is not None
+                and sum(1 for t in record.repairs if now - t <= repair_window) >= 2)
+    phase = phase_of(ap, outcome, repeated_repair=repeated)
     observed = live.cluster is not ClusterPhase.UNKNOWN
     interval = None
     if spec is not None:
