@@ -61,10 +61,10 @@ class SessionClusters:
         def _rest_client(self, base: str) -> FlinkRestClient: ...
         def _set_pointers(self, app: str, root: Obj, ptr: Pointers) -> None: ...
         def _ensure_session(self, app: FlinkApp, generation: str, *, deadline: float,
-                            start: float | None = None) -> ClusterInfo: ...
+                            start: float | None = None, keep_running: bool = False) -> ClusterInfo: ...
         def apply(self, objs: list[Obj]) -> list[Obj]: ...
 
-    def _ensure_session_cluster(self, app: FlinkApp, *, deadline: float) -> ClusterInfo:
+    def _ensure_session_cluster(self, app: FlinkApp, *, deadline: float, keep_running: bool = False) -> ClusterInfo:
         """`ensure_cluster` of a FlinkSessionCluster: its live cluster applied as the spec says (replicas change in
         place; live/session.py never asks for another spec while other apps' jobs run on it) and ready; or, when
         it has none, its first cluster started at the generation its spec gives. The pointer is written before
@@ -74,7 +74,7 @@ class SessionClusters:
         view = self._views((ns,), r.app_selector(app.name)).get(app.name)
         live = Pointers.of(view.root).live if view is not None and view.root is not None else ""
         if live:
-            return self._ensure_session(app, live, deadline=deadline, start=start)
+            return self._ensure_session(app, live, deadline=deadline, start=start, keep_running=keep_running)
         gen = session_generation(app)
         objs = self._render_or_fail(app, generation=gen)
         root = self.apply(objs[:1])[0]

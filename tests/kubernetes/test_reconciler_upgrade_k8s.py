@@ -1,0 +1,158 @@
+"""A reconciler upgrade that renders an app's objects differently must not roll its pods by itself
+(docs/kubernetes.md, "Upgrading the reconciler").
+
+The case at hand: the reconciler began rendering Flink's Java 17 options into config.yaml
+(`env.java.default-opts.all`), so every app's config ConfigMap and its pods' config hash now differ from what a
+reconciler of the previous version applied. The Flink Kubernetes Operator diffs the user's spec against the last
+reconciled spec (`AbstractFlinkResourceReconciler#reconcile`, `ReflectiveDiffBuilder`, operator 1.13), so a new
+default configuration reaches a deployment with its next spec change, never by itself. The same holds here:
+
+- a pass over an app whose spec did not change plans nothing and writes nothing;
+- a change that promises not to restart the job (`taskManager.replicas`, a repair of a deleted TaskManager workload)
+  keeps the running pods' template and config file: only what it changes is applied;
+- the new rendering reaches the pods with the app's next planned upgrade, a new job generation started from a
+  savepoint (a `restartNonce` bump applies it at once, in the plan).
+
+Real planner, Executor, Journal and KubernetesRuntime against the stand-in API server (`test_executor_k8s.World`:
+its SimCluster plays the controllers, the kubelet and the JobManager's REST API)."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconciler.core.observed import Outcome
+from reconciler.core.plan import Action, StopWithSavepoint
+from reconciler.live.kubernetes import render as r
+from reconciler.spec.model import FlinkApp
+from tests.kubernetes.standin import Call, Standin
+from tests.kubernetes.test_executor_k8s import APP, REV1, REV2, World, _running, world  # noqa: F401 (fixture)
+from tests.kubernetes.test_render import CASES
+
+pytestmark = pytest.mark.kubernetes
+
+Obj = dict[str, Any]
+JAVA_KEY = "env.java.default-opts.all"
+BEFORE = Path(__file__).parent / "golden" / "before_java_opts"
+
+
+def previous_version(objs: list[Obj]) -> list[Obj]:
+    """`objs` as the reconciler rendered them before it wrote `env.java.default-opts.all`: config.yaml without that
+    key, and the pods' config hash over that config (the same hash: config.yaml but `parallelism.default`, plus
+    log4j). `test_previous_version_is_what_that_version_rendered` holds it to that version's golden files."""
+    out = copy.deepcopy(objs)
+    config_hash = None
+    for o in out:
+        data = o.get("data") or {}
+        if o["kind"] == "ConfigMap" and "config.yaml" in data:
+            lines = [ln for ln in data["config.yaml"].splitlines(keepends=True) if not ln.startswith(f"{JAVA_KEY}:")]
+            data["config.yaml"] = "".join(lines)
+            hashed = "".join(ln for ln in lines if not ln.startswith("parallelism.default:"))
+            config_hash = hashlib.sha256((hashed + r.LOG4J_CONSOLE).encode()).hexdigest()[:16]
+    assert config_hash is not None
+    for o in out:
+        if o["kind"] in ("Deployment", "StatefulSet"):
+            o["spec"]["template"]["metadata"]["annotations"][r.ANNOTATION_CONFIG_HASH] = config_hash
+    return out
+
+
+@pytest.mark.parametrize("case", ["plain", "statefulset"])
+def test_previous_version_is_what_that_version_rendered(case: str) -> None:
+    assert r.to_yaml(previous_version(CASES[case])) == (BEFORE / f"{case}.yaml").read_text()
+    assert r.to_yaml(CASES[case]) != (BEFORE / f"{case}.yaml").read_text()
+
+
+def _as_previous_version(w: World) -> tuple[FlinkApp, str]:
+    """A running app whose objects the previous version of the reconciler applied: what an upgrade finds."""
+    spec, job = _running(w)
+    rendered = w.runtime.render(spec, job_id=job, restore_path=None)
+    root = w.cluster.kube.get("ConfigMap", w.cluster.namespace, f"{APP}-root")
+    assert root is not None
+    assert w.runtime.drift(r.with_owner(rendered, root_name=f"{APP}-root", root_uid=root["metadata"]["uid"])) == []
+    w.runtime.apply(previous_version(rendered))
+    w.clock.sleep(1)  # the rollout of the previous version's pods; the job runs again (HA recovers it) ...
+    w.clock.sleep(30)  # ... and checkpoints
+    assert w.flink is not None and w.flink.job_state(job) == "RUNNING"
+    drift = w.runtime.drift(r.with_owner(rendered, root_name=f"{APP}-root", root_uid=root["metadata"]["uid"]))
+    assert any(d.startswith(f"ConfigMap/{APP}-config: .data.config.yaml") for d in drift), drift
+    assert any(d.startswith(f"Deployment/{APP}-taskmanager: .spec.template") for d in drift), drift
+    return spec, job
+
+
+def _state(w: World) -> dict[str, Any]:
+    """What decides whether Kubernetes restarts a pod: the workloads' pod templates, and the config file pods read."""
+    kube, ns = w.cluster.kube, w.cluster.namespace
+    config = kube.get("ConfigMap", ns, f"{APP}-config")
+    assert config is not None
+    return {"config": config["data"]["config.yaml"],
+            **{c: w.deployment(c)["spec"]["template"] for c in ("jobmanager", "taskmanager")}}
+
+
+def _writes(standin: Standin) -> list[Call]:
+    """The reconciler's writes: everything but reads and what SimCluster does (pods, events, workload status)."""
+    return [c for c in standin.api.calls() if c.verb not in ("get", "list", "watch")
+            and c.resource not in ("pods", "events", "pods/status", "deployments/status", "statefulsets/status")]
+
+
+def test_a_pass_over_an_unchanged_spec_writes_nothing(world: World, standin_only: Standin) -> None:  # noqa: F811
+    spec, job = _as_previous_version(world)
+    before = _state(world)
+    standin_only.api.reset_log()
+    ap = world.plan(REV1, {APP: spec})
+    assert ap.action is Action.NOOP and ap.reason == "up to date" and ap.steps == (), ap.reason
+    res = world.executor().run_app(REV1, ap)
+    assert res.outcome is not Outcome.FAILURE, res.message
+    assert _writes(standin_only) == []
+    assert _state(world) == before
+    assert world.flink is not None and world.flink.job_state(job) == "RUNNING"
+
+
+def test_a_scale_change_keeps_the_running_pods_as_the_previous_version_made_them(
+        world: World, standin_only: Standin) -> None:  # noqa: F811
+    _, job = _as_previous_version(world)
+    before = _state(world)
+    jm_version = world.deployment("jobmanager")["metadata"]["resourceVersion"]
+    ap = world.plan(REV2, {APP: world.app(taskManager={"replicas": 2, "slots": 2})})
+    assert ap.action is Action.SCALE, ap.reason
+    res = world.executor().run_app(REV2, ap)
+    assert res.outcome is Outcome.SUCCESS, res.message
+    assert world.deployment("taskmanager")["spec"]["replicas"] == 2
+    assert _state(world) == before  # the same pod template and config file: no pod is replaced
+    assert world.deployment("jobmanager")["metadata"]["resourceVersion"] == jm_version
+    assert world.flink is not None and world.flink.job_state(job) == "RUNNING"
+
+
+def test_a_repaired_taskmanager_workload_reads_the_config_its_jobmanager_runs_with(
+        world: World, standin_only: Standin) -> None:  # noqa: F811
+    spec, _ = _as_previous_version(world)
+    before = _state(world)
+    world.cluster.kube.delete("Deployment", world.cluster.namespace, f"{APP}-taskmanager")
+    ap = world.plan(REV1, {APP: spec})
+    assert ap.action is Action.REPAIR and [s.type for s in ap.steps] == ["EnsureCluster", "AwaitRunning"], ap.reason
+    res = world.executor().run_app(REV1, ap)
+    assert res.outcome is Outcome.SUCCESS, res.message
+    assert _state(world)["config"] == before["config"]  # the JobManager's config file, unchanged
+    tm = world.deployment("taskmanager")["spec"]["template"]
+    assert tm["metadata"]["annotations"] == before["taskmanager"]["metadata"]["annotations"]  # that config's hash
+    assert _state(world)["jobmanager"] == before["jobmanager"]
+
+
+def test_the_new_rendering_comes_with_a_planned_upgrade_from_a_savepoint(
+        world: World, standin_only: Standin) -> None:  # noqa: F811
+    _, job = _as_previous_version(world)
+    bumped = world.app(job={"restartNonce": 1})
+    ap = world.plan(REV2, {APP: bumped})
+    assert ap.action is Action.RESTART and isinstance(ap.steps[0], StopWithSavepoint), ap.reason
+    res = world.executor().run_app(REV2, ap)
+    assert res.outcome is Outcome.SUCCESS and res.job_id not in (None, job), res.message
+    assert res.savepoint is not None
+    after = _state(world)
+    assert JAVA_KEY in after["config"]
+    rendered = {o["metadata"]["name"]: o for o in world.runtime.render(bumped, job_id=res.job_id)}
+    for c in ("jobmanager", "taskmanager"):
+        want = rendered[f"{APP}-{c}"]["spec"]["template"]["metadata"]["annotations"][r.ANNOTATION_CONFIG_HASH]
+        assert after[c]["metadata"]["annotations"][r.ANNOTATION_CONFIG_HASH] == want
