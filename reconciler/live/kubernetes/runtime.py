@@ -112,6 +112,7 @@ class KubernetesRuntime(SessionClusters, WarmStandby, OperatorDeployments):
         self.savepoint_probe = savepoint_probe or local_savepoint_probe
         self._ns_of: dict[str, str] = {}
         self._live_gen: dict[str, str] = {}  # the live cluster generation per app, as last read from its root
+        self._served: tuple[float, bool] | None = None  # (when, whether) FlinkDeployments are served: operator.py
         self._http: httpx.Client | None = None
         self._http_token: str | None = None
 
