@@ -351,9 +351,10 @@ def test_an_app_is_not_started_beside_the_operator_while_its_flinkdeployments_ar
         ap = rec.plan(rev).app(APP)
         assert ap.action is Action.BLOCKED, ap.reason
         ns = w.cluster.namespace
-        assert f"cannot list FlinkDeployments in namespace {ns}: the reconciler may not list " \
-               "flinkdeployments.flink.apache.org there (flinkdeployments.flink.apache.org is forbidden: User " in \
-               ap.reason
+        assert ap.reason.startswith(f"FlinkDeployments in namespace {ns} cannot be read (403 Forbidden: "
+                                    "flinkdeployments.flink.apache.org is forbidden: User ")
+        assert f'cannot list resource "flinkdeployments" in API group "flink.apache.org" in the namespace "{ns}"' \
+            in ap.reason
         assert f"Grant the reconciler list on flinkdeployments.flink.apache.org in namespace {ns}" in ap.reason
         assert rec.apply(rev).results[APP].outcome is Outcome.FAILURE
         assert _ours(w) == [] and w.flink.job_state(OPERATOR_JOB) == "RUNNING"

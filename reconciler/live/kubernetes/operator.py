@@ -23,7 +23,6 @@ from reconciler.live.kubernetes.storage import storage_problem
 
 KIND = "FlinkDeployment"
 GROUP_VERSION = "flink.apache.org/v1beta1"
-RESOURCE = "flinkdeployments.flink.apache.org"
 # How long an answer of API discovery (is the operator's resource served?) is kept: asked only after a 403.
 SERVED_TTL_S = 300.0
 # The `type` label of the operator's objects: Flink's native Kubernetes integration (native mode, and every HA
@@ -68,9 +67,8 @@ class OperatorDeployments:
                 # (the API server authorizes before it looks the resource up): discovery tells.
                 if e.code == 404 or (e.code == 403 and not self._flinkdeployments_served()):
                     continue
-                if e.code == 403:
-                    raise ObserveError(f"cannot list FlinkDeployments in namespace {ns}: the reconciler may not "
-                                       f"list {RESOURCE} there ({e.api_message})") from e
+                if e.code == 403:  # the API server's own words name the verb, the resource and who was refused
+                    raise ObserveError(f"{e.code} {e.reason}: {e.api_message}") from e
                 raise ObserveError(f"cannot list FlinkDeployments in namespace {ns}: {e}") from e
             except KubernetesUnavailableError as e:
                 raise ObserveError(f"cannot list FlinkDeployments in namespace {ns}: {e}") from e
