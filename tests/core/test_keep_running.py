@@ -4,14 +4,16 @@ restart the job must not replace the processes that run it, whatever else a newe
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from reconciler.core.plan import Action, EnsureCluster, describe_step
 from reconciler.core.planner import PlanInput, plan
 from tests.core.builders import app, inp, record, running
 
-CKPT = {"flinkConfiguration": {"execution.checkpointing.interval": "5s"}}
-RESCALE = {**CKPT, "upgrade": {"inPlaceRescale": True},
+CKPT: dict[str, Any] = {"flinkConfiguration": {"execution.checkpointing.interval": "5s"}}
+RESCALE: dict[str, Any] = {**CKPT, "upgrade": {"inPlaceRescale": True},
            "flinkConfiguration": {**CKPT["flinkConfiguration"], "jobmanager.scheduler": "adaptive"}}
 
 
