@@ -20,18 +20,26 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from reconciler.core.observed import Outcome
-from reconciler.core.plan import Action, StopWithSavepoint
+from reconciler.core.observed import ClusterPhase, Outcome
+from reconciler.core.plan import Action, StopWithSavepoint, deterministic_job_id
 from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.generations import Pointers
+from reconciler.live.kubernetes.runtime import KubernetesRuntime
+from reconciler.live.session import SessionRuntime
 from reconciler.spec.model import FlinkApp
+from reconciler.spec.session import cluster_app, session_generation
+from tests.kubernetes.conftest import Cluster
+from tests.kubernetes.flink_backend import FlinkBackend
 from tests.kubernetes.standin import Call, Standin
 from tests.kubernetes.test_executor_k8s import APP, REV1, REV2, World, _running, world  # noqa: F401 (fixture)
 from tests.kubernetes.test_render import CASES
+from tests.kubernetes.test_session_k8s import member, session_cluster
 
 pytestmark = pytest.mark.kubernetes
 
@@ -156,3 +164,69 @@ def test_the_new_rendering_comes_with_a_planned_upgrade_from_a_savepoint(
     for c in ("jobmanager", "taskmanager"):
         want = rendered[f"{APP}-{c}"]["spec"]["template"]["metadata"]["annotations"][r.ANNOTATION_CONFIG_HASH]
         assert after[c]["metadata"]["annotations"][r.ANNOTATION_CONFIG_HASH] == want
+
+
+def _previous_session_objects(k8s: KubernetesRuntime, stand_in: FlinkApp, generation: str) -> list[Obj]:
+    """A FlinkSessionCluster's cluster as the previous version applied it: its rendering (`previous_version`), and
+    the key that version wrote: a hash of the rendered pods (at generation 00000000), under the legacy annotation."""
+    objs = previous_version(k8s.render(stand_in, generation=generation))
+    at_key = previous_version(k8s.render(stand_in, generation="0" * 8))
+    parts = [[o["kind"], o["spec"]["template"], o["spec"].get("volumeClaimTemplates")]
+             for o in at_key if o["kind"] in ("Deployment", "StatefulSet")]
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+    for o in objs:
+        if o["kind"] in ("Deployment", "StatefulSet"):
+            annotations = o["metadata"]["annotations"]
+            del annotations[r.ANNOTATION_SESSION_KEY]
+            annotations[r.LEGACY_ANNOTATION_SESSION_KEY] = key
+    return objs
+
+
+def test_a_session_cluster_the_previous_version_started_still_runs_its_apps_jobs(
+        cluster: Cluster, standin_only: Standin) -> None:
+    """A job-only upgrade of one app on a shared FlinkSessionCluster after the upgrade: the cluster is found at the
+    app's spec (its key is of the spec, not of the rendering), its pods are not replaced under the other app's job,
+    and the job is submitted to it."""
+    c = cluster
+    sc = session_cluster(c.namespace, taskManager={"replicas": 1, "slots": 2})
+    a, b = member("a", sc), member("b", sc)
+    gen = session_generation(a)
+    k8s = KubernetesRuntime(c.api_client, clock=c.clock, namespaces=[c.namespace], rest_via="proxy",
+                            poll_interval=c.poll, revision="rev-1")
+    rt = SessionRuntime(k8s)
+    rt.set_sessions({"a": "shared", "b": "shared"}, clusters=["shared"])
+    stand_in = cluster_app("shared", a)
+    k8s.apply(_previous_session_objects(k8s, stand_in, gen))
+    root = c.kube.get("ConfigMap", c.namespace, "shared-root")
+    assert root is not None
+    k8s._set_pointers("shared", root, Pointers(live=gen))
+    backend = FlinkBackend(c.clock, parallelism=2)
+    backend.start_session()
+    staged = r.image_jar_id(a.spec.job.jar_uri)
+    assert staged is not None
+    backend.jar_files[staged] = "a.jar"
+    deadline = c.clock.monotonic() + 120
+    with backend.serve() as url:
+        standin_only.add_proxy_backend(c.namespace, f"shared-g{gen}-rest", str(r.REST_PORT), url)
+        [live] = k8s.session_generations("shared")
+        assert live.config_key == k8s.config_key(cluster_app("shared", b)) == k8s.config_key(stand_in)
+        jb = deterministic_job_id("b", "1" * 40, 1)
+        backend.jar_files[r.image_jar_id(b.spec.job.jar_uri) or ""] = "b.jar"
+        rt.start_job(b, job_id=jb, jar=None, restore_path=None, allow_non_restored_state=False, deadline=deadline)
+        pods = {n: c.kube.get("Deployment", c.namespace, f"shared-g{gen}-{n}") for n in ("jm", "tm")}
+        config = c.kube.get("ConfigMap", c.namespace, f"shared-g{gen}-config")
+        # a's job-only upgrade (its job stopped with a savepoint): EnsureCluster as planned, then StartJob.
+        a2 = member("a", sc, args=["--rate", "2"])
+        assert rt.ensure_cluster(a2, deadline=deadline).phase is ClusterPhase.READY
+        ja = deterministic_job_id("a", "2" * 40, 1)
+        assert rt.start_job(a2, job_id=ja, jar=None, restore_path="s3://b/sp/savepoint-a",
+                            allow_non_restored_state=False, deadline=deadline) == ja
+        for n, before in pods.items():
+            after = c.kube.get("Deployment", c.namespace, f"shared-g{gen}-{n}")
+            assert before is not None and after is not None
+            assert after["spec"]["template"] == before["spec"]["template"], n  # b's job runs on, on the same pods
+            assert after["metadata"]["annotations"][r.ANNOTATION_SESSION_KEY] == live.config_key  # keyed anew
+        after_config = c.kube.get("ConfigMap", c.namespace, f"shared-g{gen}-config")
+        assert config is not None and after_config is not None and after_config["data"] == config["data"]
+        assert JAVA_KEY not in after_config["data"]["config.yaml"]
+        assert rt.cluster_jobs("shared") == {"a": "RUNNING", "b": "RUNNING"}
