@@ -25,15 +25,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client import ApiClient
 
 from reconciler.core.observed import ClusterPhase, Outcome
 from reconciler.core.plan import Action, StopWithSavepoint, deterministic_job_id
+from reconciler.errors import DeadlineExceededError, ObserveError
 from reconciler.live.kubernetes import render as r
+from reconciler.live.kubernetes.api import KubernetesApiError
 from reconciler.live.kubernetes.generations import Pointers
 from reconciler.live.kubernetes.runtime import KubernetesRuntime
 from reconciler.live.session import SessionRuntime
 from reconciler.spec.model import FlinkApp
 from reconciler.spec.session import cluster_app, session_generation
+from tests.kubernetes.apps import app
 from tests.kubernetes.conftest import Cluster
 from tests.kubernetes.flink_backend import FlinkBackend
 from tests.kubernetes.standin import Call, Standin
@@ -230,3 +234,81 @@ def test_a_session_cluster_the_previous_version_started_still_runs_its_apps_jobs
         assert config is not None and after_config is not None and after_config["data"] == config["data"]
         assert JAVA_KEY not in after_config["data"]["config.yaml"]
         assert rt.cluster_jobs("shared") == {"a": "RUNNING", "b": "RUNNING"}
+
+
+def test_a_scale_under_the_running_job_applies_the_live_template_back_unchanged(cluster: Cluster) -> None:
+    """The API-level half, for a real API server too: objects as the previous version applied them, then
+    `ensure_cluster(keep_running=True)` at more TaskManagers. The stored pod templates (what decides a rollout) and the
+    config file stay as they were, server defaults and all; only the replicas change."""
+    rt = KubernetesRuntime(cluster.api_client, clock=cluster.clock, namespaces=[cluster.namespace],
+                           poll_interval=cluster.poll, revision="rev-1")
+    spec = app(APP, cluster.namespace)
+    job = "ab" * 16
+    rt.apply(previous_version(rt.render(spec, job_id=job, restore_path=None)))
+    kube, ns = cluster.kube, cluster.namespace
+
+    def live() -> tuple[Obj, Obj, Obj]:
+        tm, jm = kube.get("Deployment", ns, f"{APP}-taskmanager"), kube.get("Deployment", ns, f"{APP}-jobmanager")
+        config = kube.get("ConfigMap", ns, f"{APP}-config")
+        assert tm is not None and jm is not None and config is not None
+        return tm, jm, config
+
+    tm, jm, config = live()
+    try:
+        rt.ensure_cluster(app(APP, cluster.namespace, taskManager={"replicas": 3, "slots": 2}),
+                          deadline=cluster.clock.monotonic() + (3 if cluster.real else 120), keep_running=True)
+    except DeadlineExceededError:
+        assert cluster.real  # no Deployment controller in a bare API server: the TaskManagers never become ready
+    tm2, jm2, config2 = live()
+    assert tm2["spec"]["replicas"] == 3
+    assert tm2["spec"]["template"] == tm["spec"]["template"]
+    assert jm2["metadata"]["resourceVersion"] == jm["metadata"]["resourceVersion"]
+    assert config2["data"] == config["data"] and JAVA_KEY not in config2["data"]["config.yaml"]
+    owners = {m["manager"] for m in tm2["metadata"]["managedFields"]}
+    assert owners <= {r.FIELD_MANAGER, "kube-controller-manager", "kubelet"}, owners
+
+
+@pytest.fixture
+def impersonated(cluster: Cluster) -> Cluster:
+    """`cluster` as a ServiceAccount that RBAC grants nothing (a real API server), or with `list` on
+    flinkdeployments denied (the stand-in)."""
+    if cluster.standin is not None:
+        cluster.standin.deny("flink.apache.org", "flinkdeployments", "list")
+        return cluster
+    cfg = copy.copy(cluster.api_client.configuration)
+    api = ApiClient(cfg)
+    api.set_default_header("Impersonate-User", f"system:serviceaccount:{cluster.namespace}:nobody")
+    return Cluster(api, cluster.namespace, cluster.clock, cluster.poll, None)
+
+
+def test_a_forbidden_list_of_flinkdeployments_is_nothing_only_where_their_crd_is_not_installed(
+        cluster: Cluster, impersonated: Cluster) -> None:
+    """The API server refuses a resource the caller may not list with 403 whether or not it is served (RBAC comes
+    first); discovery, open to every authenticated client, tells. Against a real API server without the operator's
+    CRD, or the stand-in with the group unserved."""
+    c = impersonated
+    if c.standin is not None:
+        c.standin.unserve("flink.apache.org")
+    else:
+        try:
+            cluster.kube.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+                                        "flinkdeployments.flink.apache.org")
+            pytest.skip("the operator's CustomResourceDefinition is installed on this cluster")
+        except KubernetesApiError as e:
+            assert e.code == 404
+    rt = KubernetesRuntime(c.api_client, clock=c.clock, namespaces=[c.namespace])
+    with pytest.raises(KubernetesApiError) as e:
+        c.kube.list("FlinkDeployment", c.namespace, "")
+    assert e.value.code == 403
+    assert rt.flink_deployments() == {}
+
+
+def test_a_forbidden_list_of_installed_flinkdeployments_is_unreadable(impersonated: Cluster,
+                                                                      flink_operator_crd: None) -> None:
+    c = impersonated
+    rt = KubernetesRuntime(c.api_client, clock=c.clock, namespaces=[c.namespace])
+    with pytest.raises(ObserveError) as e:
+        rt.flink_deployments()
+    assert str(e.value).startswith("403 Forbidden: flinkdeployments.flink.apache.org is forbidden: User ")
+    assert f'cannot list resource "flinkdeployments" in API group "flink.apache.org" in the namespace "{c.namespace}"' \
+        in str(e.value)
