@@ -277,7 +277,8 @@ def impersonated(cluster: Cluster) -> Cluster:
         return cluster
     cfg = copy.copy(cluster.api_client.configuration)
     api = ApiClient(cfg)
-    api.set_default_header("Impersonate-User", f"system:serviceaccount:{cluster.namespace}:nobody")
+    api.set_default_header(  # type: ignore[no-untyped-call]
+        "Impersonate-User", f"system:serviceaccount:{cluster.namespace}:nobody")
     return Cluster(api, cluster.namespace, cluster.clock, cluster.poll, None)
 
 
@@ -294,8 +295,8 @@ def test_a_forbidden_list_of_flinkdeployments_is_nothing_only_where_their_crd_is
             cluster.kube.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
                                         "flinkdeployments.flink.apache.org")
             pytest.skip("the operator's CustomResourceDefinition is installed on this cluster")
-        except KubernetesApiError as e:
-            assert e.code == 404
+        except KubernetesApiError as absent:
+            assert absent.code == 404
     rt = KubernetesRuntime(c.api_client, clock=c.clock, namespaces=[c.namespace])
     with pytest.raises(KubernetesApiError) as e:
         c.kube.list("FlinkDeployment", c.namespace, "")
