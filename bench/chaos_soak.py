@@ -38,6 +38,9 @@ Invariants, checked on every sample (about once a second) and at the end:
   checkpoint (Flink's checkpoint stats, `latest.restored`), and each key's count (the counter job's output
   files) never goes back by more than what a restore from a checkpoint replays (rate per key x (3
   checkpoint intervals + 5 s)); smaller steps back are counted as replays (the sink is not transactional).
+  After a JobManager kill the old TaskManagers run their tasks on, writing counts past the last checkpoint,
+  until they miss its heartbeats (Flink's heartbeat.timeout, 50 s) or the repair replaces them: the time since
+  that kill, capped at the timeout, is added to the replay allowed.
 - no record lost: every app keeps its record in the state directory;
 - one job per app: never two unfinished counter jobs over an app's clusters (live, standby, retired);
 - the daemon only exits when the soak stops it;
@@ -97,6 +100,7 @@ CHANGE_KINDS = ("rate", "parallelism", "tm_memory")
 JAR_PATH = "jobs/counter/counter.jar"
 KEYS = 4
 CHECKPOINT_S = 2.0
+HEARTBEAT_TIMEOUT_S = 50.0  # Flink's heartbeat.timeout default; the soak's clusters keep it
 RATES = (20, 40, 60, 80)  # records/s over all keys
 PARALLELISMS = (1, 2)
 TM_MEMORIES = ("1280m", "1536m")
@@ -291,6 +295,7 @@ class Soak:
         self.counts: dict[str, dict[str, int]] = {}
         self.max_rate = max(s.rate for s in self.specs.values())
         self.replays = 0
+        self.jm_killed: dict[str, float] = {}  # app -> when its JobManager was last killed (time.monotonic())
         self.violations: list[str] = []
         self.rounds: list[RoundResult] = []
         self.create_s: float | None = None
@@ -476,7 +481,7 @@ class Soak:
     def check_counts(self, app: str) -> None:
         """Compare each key's count with the previous sample of the same app (see `count_steps_back`)."""
         now = read_counts(self.runtime.paths(app).work / "out")
-        allowance = self.max_rate / KEYS * (3 * CHECKPOINT_S + 5)
+        allowance = self.max_rate / KEYS * (3 * CHECKPOINT_S + 5 + self.orphaned_s(app))
         replayed, lost = count_steps_back(self.counts.get(app, {}), now, allowance)
         if replayed:
             self.replays += 1
@@ -485,6 +490,11 @@ class Soak:
             self.violate(f"{app}: counts went back by more than a checkpoint replay ({allowance:.0f}): {lost} "
                          "(state lost: a job started from empty state?)")
         self.counts[app] = {**self.counts.get(app, {}), **now}
+
+    def orphaned_s(self, app: str) -> float:
+        """How long the app's TaskManagers may have run tasks with their JobManager dead (see the docstring)."""
+        killed = self.jm_killed.get(app)
+        return 0.0 if killed is None else min(time.monotonic() - killed, HEARTBEAT_TIMEOUT_S)
 
     def violate(self, what: str) -> None:
         if what not in self.violations:
@@ -644,6 +654,8 @@ class Soak:
         p = self.rng.choice(procs)
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(p["pid"]), signal.SIGKILL)
+        if role == "jm":
+            self.jm_killed[app] = time.monotonic()
         return {"kind": role, "app": app, "pid": int(p["pid"]), "process": f"{p['role']}-{p['index']}", "when": when}
 
     def fault_git(self) -> dict[str, Any]:
@@ -724,6 +736,7 @@ class Soak:
                 pid = int(doc["jobmanager"]["pid"])
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+                self.jm_killed[app] = time.monotonic()
         finally:
             sp.unlink()
             os.replace(moved, sp)

@@ -81,7 +81,7 @@ def app_conditions(f: AppFacts, now: datetime, t: Thresholds) -> list[Condition]
                              f"the record of {f.app} cannot be read", f.record_unreadable))
     if f.phase is Phase.BLOCKED:
         add(Trigger.APP_BLOCKED, f"{f.app} is blocked and waits for a human")
-    if f.phase is Phase.FAILED:
+    if f.change_failed:
         add(Trigger.CHANGE_FAILED, f"the last change of {f.app} failed")
     if f.phase is Phase.CRASH_LOOP:
         add(Trigger.CRASH_LOOP, f"{f.app} is crash-looping: repairs do not keep its job running")

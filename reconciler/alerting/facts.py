@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from reconciler.core.context import FAILED_BEFORE
 from reconciler.core.observed import AppRecord, ClusterPhase, JobPhase, LiveApp, Outcome
-from reconciler.core.plan import Action, AppPlan
+from reconciler.core.plan import INTERRUPTED, Action, AppPlan
 from reconciler.spec.model import FlinkApp, JobState
 
 CHECKPOINT_INTERVAL_KEY = "execution.checkpointing.interval"
@@ -48,10 +48,33 @@ class AppFacts:
     unhealthy_since: datetime | None = None  # since when the job is seen down (the record's, for self-healing)
     record_unreadable: str | None = None  # the record cannot be read: why, and what to do
     repaired: bool = False  # this pass ran a repair that succeeded (a heal done)
+    # Git's spec failed and is not retried until Git changes it, whatever the last applied spec does meanwhile (heals,
+    # a crash loop of its own): the change-failed alert follows this, not the phase, so a crash loop of the healed
+    # spec neither resolves nor re-fires it.
+    change_failed: bool = False
 
 
-def phase_of(ap: AppPlan, outcome: Outcome | None) -> Phase:
-    """The app's phase from its plan and how this pass's execution of it ended (None: not executed here)."""
+def phase_of(ap: AppPlan, outcome: Outcome | None, *, repeated_repair: bool = False,
+             interrupted: bool = False) -> Phase:
+    """The app's phase from its plan and how this pass's execution of it ended (None: not executed here).
+    `repeated_repair`: the record holds an earlier repair within the crash-loop window. `interrupted`: the execution
+    that failed was cut off by a fault (its JobManager died mid-way, `core.plan.INTERRUPTED`), not refused by the
+    spec: the next pass heals the app and applies the spec, so it is healing, not a failed change (found by the
+    chaos soak: a JobManager kill in an upgrade paged "change failed" and resolved it 8 s later).
+
+    Git's spec that failed stays `failed` while the last applied spec is healed meanwhile (`AppPlan.failed`): the
+    passes of that time alternate between "this spec already failed" (the job runs) and a heal (it does not), and
+    the phase must not follow them, or the change-failed alert fires and resolves on every pass (found by the chaos
+    soak). Only a crash loop or a block of the healed spec says more."""
+    phase = Phase.HEALING if interrupted and outcome is Outcome.FAILURE else _plan_phase(ap, outcome)
+    if phase is Phase.HEALING and repeated_repair and ap.action is Action.REPAIR:
+        phase = Phase.CRASH_LOOP
+    if ap.failed is not None and phase in (Phase.IN_SYNC, Phase.HEALING, Phase.CHANGING):
+        return Phase.FAILED
+    return phase
+
+
+def _plan_phase(ap: AppPlan, outcome: Outcome | None) -> Phase:
     if ap.action is Action.ERROR or outcome is Outcome.ERROR:
         return Phase.INVALID
     if ap.action is Action.BLOCKED:
@@ -76,10 +99,10 @@ def facts_of(ap: AppPlan, *, outcome: Outcome | None, message: str | None, live:
     whether its job should run and its checkpoint interval. `now` and `repair_window` (the crash-loop window of
     self-healing): a repair that is not the first within the window is part of a crash loop, not a heal, so the
     phase does not flap between the repairs and the backoff waits in between."""
-    phase = phase_of(ap, outcome)
-    if (phase is Phase.HEALING and ap.action is Action.REPAIR and record is not None and now is not None
-            and repair_window is not None and sum(1 for t in record.repairs if now - t <= repair_window) >= 2):
-        phase = Phase.CRASH_LOOP
+    repeated = (record is not None and now is not None and repair_window is not None
+                and sum(1 for t in record.repairs if now - t <= repair_window) >= 2)
+    interrupted = record is not None and record.last_action == INTERRUPTED
+    phase = phase_of(ap, outcome, repeated_repair=repeated, interrupted=interrupted)
     observed = live.cluster is not ClusterPhase.UNKNOWN
     interval = None
     if spec is not None:
@@ -102,6 +125,7 @@ def facts_of(ap: AppPlan, *, outcome: Outcome | None, message: str | None, live:
         unhealthy_since=record.unhealthy_since if record is not None else None,
         record_unreadable=unreadable,
         repaired=ap.action is Action.REPAIR and outcome is Outcome.SUCCESS,
+        change_failed=phase is Phase.FAILED or ap.failed is not None,
     )
 
 

@@ -1,7 +1,8 @@
 """The command line: a thin shell over the core. Exit codes follow `terraform plan -detailed-exitcode`.
 
 One module per group of commands, each with its flags and its rendering to the terminal; their work lives
-in `reconciler.service` and below. `common` holds what they share (exit codes, runtime flags, settings).
+in `reconciler.service` and below. `common` holds what they share (exit codes, runtime flags, settings);
+`console` makes everything printed terminal-safe (control characters as escapes).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from reconciler import __version__
 from reconciler.cli import plan, rollback, serve, specs, status
 from reconciler.cli.common import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
+from reconciler.cli.console import safe_console
 from reconciler.cli.progress import Progress
 from reconciler.errors import ReconcilerError
 
@@ -20,6 +22,11 @@ __all__ = ["EXIT_CHANGES", "EXIT_ERROR", "EXIT_OK", "Progress", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with safe_console():  # an app's message or a Flink error never drives the terminal (console.py)
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

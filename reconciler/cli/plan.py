@@ -28,6 +28,7 @@ from reconciler.cli.common import (
     runtime_flags,
     settings_of,
 )
+from reconciler.cli.console import show_plan
 from reconciler.cli.status import print_status
 from reconciler.clock import SystemClock
 from reconciler.core import render
@@ -140,7 +141,7 @@ def _emit_plan(result: Plan, args: argparse.Namespace) -> int:
     else:
         color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                            and "NO_COLOR" not in os.environ)
-        sys.stdout.write(render.to_text(result, color=color))
+        show_plan(render.to_text(result, color=color), color=color)
     if args.out:
         args.out.write_text(result.to_json())
     if result.has_errors:

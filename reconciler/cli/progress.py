@@ -6,6 +6,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, TextIO
 
+from reconciler.cli.console import write_styled
+
 if TYPE_CHECKING:
     from reconciler.apply.executor import StepEvent
 
@@ -42,7 +44,7 @@ class Progress:
 
     def _clear(self) -> None:
         if self.tty:
-            self.out.write("\r\x1b[K")
+            write_styled(self.out, "\r\x1b[K")  # our own erase; the step lines pass the console's escaping
 
     def _tick(self) -> None:
         n = 0

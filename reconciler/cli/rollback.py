@@ -18,6 +18,7 @@ from reconciler.cli.common import (
     runtime_flags,
     settings_of,
 )
+from reconciler.cli.console import show_plan
 from reconciler.cli.progress import Progress
 from reconciler.cli.status import print_status
 from reconciler.core import render
@@ -70,7 +71,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         print(f"error: rollback of {args.app} to {args.to} refused: {prepared.reason}", file=sys.stderr)
         return EXIT_ERROR
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ)
-    sys.stdout.write(render.to_text(prepared.plan, color=color))
+    show_plan(render.to_text(prepared.plan, color=color), color=color)
     if prepared.plan.apps[0].action.value == "blocked":
         return EXIT_ERROR
     if args.write_commit:

@@ -25,6 +25,7 @@ from reconciler.cli.common import (
 from reconciler.core.observed import AppRecord, JobPhase, LiveApp
 from reconciler.errors import ConfigError, ReconcilerError
 from reconciler.logs import redact
+from reconciler.terminal import terminal_safe
 
 if TYPE_CHECKING:
     from reconciler.apply.journal import Lineage
@@ -134,13 +135,18 @@ def _state_text(live: LiveApp, rec: AppRecord | None) -> str:
     return f"recovering ({state}) since {rec.unhealthy_since:%Y-%m-%d %H:%M:%S}"
 
 
+def _cell(value: object) -> str:
+    """A table cell: one line, control characters escaped before the columns are measured."""
+    return terminal_safe(str(value), newlines=False)
+
+
 def print_status(rec: Reconciler) -> None:
     rows = _with_autoscale(rec, _status_rows(rec))
     table = [["APP", "APPLIED", "JOB", "STATE", "LAST SAVEPOINT", "OUTCOME"]]
     for r in rows:
-        sp = str(r["last_savepoint"] or "-")
-        table.append([str(r["app"]), str(r["applied"] or "-")[:12], str(r["job_id"] or "-")[:12],
-                      str(r["state"]), sp if len(sp) < 60 else "..." + sp[-57:], str(r["outcome"] or "-")])
+        sp = _cell(r["last_savepoint"] or "-")
+        table.append([_cell(r["app"]), _cell(r["applied"] or "-")[:12], _cell(r["job_id"] or "-")[:12],
+                      _cell(r["state"]), sp if len(sp) < 60 else "..." + sp[-57:], _cell(r["outcome"] or "-")])
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         print(redact("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()))

@@ -1,12 +1,19 @@
-"""Plan -> terminal text, Markdown (a pull-request comment) or JSON. Pure string building."""
+"""Plan -> terminal text, Markdown (a pull-request comment) or JSON. Pure string building.
+
+Coloured text (`color=True`) is written to the terminal as is, past the CLI's escaping of control characters
+(cli/console.py), so it makes every line terminal-safe itself before painting it; plain text is escaped where it
+is printed.
+"""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from reconciler.core.plan import Action, AppPlan, ClusterPlan, FieldChange, Plan, describe_step
+from reconciler.terminal import terminal_safe
 
 _SYMBOL = {
     Action.CREATE: "+", Action.DELETE: "-", Action.NOOP: "=", Action.BLOCKED: "!", Action.ERROR: "x",
@@ -55,6 +62,14 @@ def diff_lines(changes: tuple[FieldChange, ...]) -> list[str]:
     return out
 
 
+def _painter(color: bool) -> tuple[Callable[[str, str], str], Callable[[str], str]]:
+    """(paint, safe) for one rendering: with colour, each piece is made terminal-safe before its escapes are
+    added (the caller writes the result past the console's escaping); without, both leave text as it is."""
+    if not color:
+        return (lambda _code, s: s), (lambda s: s)
+    return (lambda code, s: f"\x1b[{code}m{terminal_safe(s)}\x1b[0m"), terminal_safe
+
+
 def _header(plan: Plan) -> str:
     rev = plan.revision[:12]
     base = f" against {plan.base_revision[:12]}" if plan.base_revision else ""
@@ -62,8 +77,7 @@ def _header(plan: Plan) -> str:
 
 
 def to_text(plan: Plan, *, color: bool = False) -> str:
-    def paint(code: str, s: str) -> str:
-        return f"\x1b[{code}m{s}\x1b[0m" if color else s
+    paint, _ = _painter(color)  # the header and summary are ours; the guard is painted
 
     lines = [paint("1", _header(plan)), summary(plan), ""]
     if plan.guard:
@@ -93,48 +107,46 @@ def sorted_clusters(plan: Plan) -> list[ClusterPlan]:
 
 def app_lines(a: AppPlan, *, color: bool = False) -> list[str]:
     """One app's block of `to_text`: its head line, then its reason, risks, diff and steps (indented)."""
-    def paint(code: str, s: str) -> str:
-        return f"\x1b[{code}m{s}\x1b[0m" if color else s
+    paint, safe = _painter(color)
 
     sym = _symbol(a)
     mode = f" ({a.upgrade_mode})" if a.action in (Action.UPGRADE, Action.RESTART) and a.upgrade_mode else ""
     src = f"  {a.source_file}" if a.source_file else ""
     lines = [paint(_COLOR.get(sym, "0"), f"{sym} {a.app}: {a.action.value}{mode}") + paint("2", src),
-             f"    {a.reason}"]
+             f"    {safe(a.reason)}"]
     for r in a.risks:
         lines.append("    " + paint("31;1", "RISK: " + r))
     if a.action is not Action.NOOP or a.diff:
         for d in diff_lines(a.diff):
             lines.append("    " + paint("32" if d.startswith("+") else "31", d))
     for i, s in enumerate(a.steps, 1):
-        lines.append(f"    {i}. {describe_step(s)}  (deadline {s.deadline_s:g}s)")
+        lines.append(f"    {i}. {safe(describe_step(s))}  (deadline {s.deadline_s:g}s)")
     if a.rollback:
         lines.append(f"    if a step after {a.rollback_after + 1 if a.rollback_after is not None else 0} "
                      "fails, roll back:")
         for i, s in enumerate(a.rollback, 1):
-            lines.append(f"      r{i}. {describe_step(s)}")
+            lines.append(f"      r{i}. {safe(describe_step(s))}")
     if a.abort:
         lines.append(f"    if a step up to {(a.rollback_after or 0) + 1} fails, undo (the old job keeps running):")
         for i, s in enumerate(a.abort, 1):
-            lines.append(f"      u{i}. {describe_step(s)}")
+            lines.append(f"      u{i}. {safe(describe_step(s))}")
     return lines
 
 
 def cluster_lines(c: ClusterPlan, *, color: bool = False) -> list[str]:
     """One session cluster's block of `to_text`."""
-    def paint(code: str, s: str) -> str:
-        return f"\x1b[{code}m{s}\x1b[0m" if color else s
+    paint, safe = _painter(color)
 
     sym = _SYMBOL.get(c.action, "~")
     src = f"  {c.source_file}" if c.source_file else ""
     lines = [paint(_COLOR.get(sym, "0"), f"{sym} {c.cluster}: {c.action.value} (session cluster)") + paint("2", src),
-             f"    {c.reason}"]
+             f"    {safe(c.reason)}"]
     for r in c.risks:
         lines.append("    " + paint("31;1", "RISK: " + r))
     if c.apps:
-        lines.append(f"    apps: {', '.join(c.apps)}")
+        lines.append(f"    apps: {safe(', '.join(c.apps))}")
     for i, s in enumerate(c.steps, 1):
-        lines.append(f"    {i}. {describe_step(s)}, after its apps' steps  (deadline {s.deadline_s:g}s)")
+        lines.append(f"    {i}. {safe(describe_step(s))}, after its apps' steps  (deadline {s.deadline_s:g}s)")
     return lines
 
 

@@ -46,7 +46,7 @@ class AppHealthCollector:
 
     def render(self, *, openmetrics: bool = False) -> bytes:
         """The per-app series in the text format (0.0.4) or OpenMetrics (without its `# EOF`). Written here rather
-        than through prometheus_client's encoder: 10,000 apps are ~90,000 samples, which the generic encoder takes
+        than through prometheus_client's encoder: 10,000 apps are ~100,000 samples, which the generic encoder takes
         seconds to format; this takes a small fraction of that (bench/alerting_bench.py)."""
         with self._lock:
             facts = [f for mine in self._facts.values() for f in mine.values()]
@@ -63,7 +63,7 @@ class AppHealthCollector:
 
 
 def _families(facts: Sequence[AppFacts], heals: dict[str, int]) -> list[tuple[str, str, str, list[tuple[str, float]]]]:
-    names = ("phase", "job_desired_running", "job_running", "job_state", "job_restarts",
+    names = ("phase", "change_failed", "job_desired_running", "job_running", "job_state", "job_restarts",
              "last_checkpoint_timestamp_seconds", "checkpoint_interval_seconds", "checkpoints_failed",
              "last_savepoint_timestamp_seconds", "heals")
     rows: dict[str, list[tuple[str, float]]] = {n: [] for n in names}
@@ -71,6 +71,7 @@ def _families(facts: Sequence[AppFacts], heals: dict[str, int]) -> list[tuple[st
     for f in sorted(facts, key=lambda f: (f.namespace, f.app)):
         lv = f'app="{_esc(f.app)}",namespace="{_esc(f.namespace)}"'
         rows["phase"].append((f'{lv},phase="{f.phase.value}"', 1.0))
+        rows["change_failed"].append((lv, 1.0 if f.change_failed else 0.0))
         if f.want_running is not None:
             rows["job_desired_running"].append((lv, 1.0 if f.want_running else 0.0))
         if f.record_unreadable is not None:
@@ -105,6 +106,8 @@ KIND = {"job_restarts": "counter", "checkpoints_failed": "counter", "heals": "co
 HELP = {
     "phase": "The app's phase after the last pass (1 for the current one): in_sync, changing, healing, crash_loop, "
              "blocked, failed, invalid.",
+    "change_failed": "1 while the app's last change failed and is not retried until Git changes it (also while the "
+                     "last applied spec is healed meanwhile).",
     "job_desired_running": "1 when Git wants the app's job running.",
     "job_running": "1 when the app's job runs with every task running, 0 when it does not (absent: not observed in "
                    "the last pass).",

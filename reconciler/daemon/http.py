@@ -39,6 +39,7 @@ from reconciler.daemon.webhooks import WebhookEvent, WebhookSecrets, verify_webh
 from reconciler.errors import ConfigError, WebhookRejectedError
 from reconciler.logs import redact
 from reconciler.settings import Settings
+from reconciler.terminal import terminal_safe
 from reconciler.ui.web import SECURITY_HEADERS
 
 if TYPE_CHECKING:
@@ -102,8 +103,9 @@ def _host_name(value: str) -> str:
 
 
 def _text(status: HTTPStatus, text: str, **headers: str) -> web.Response:
-    """Every text answer passes `redact`: whatever a callback put in, no credential leaves through HTTP."""
-    return _answer(status, redact(text).encode("utf-8"), "text/plain; charset=utf-8", headers)
+    """Every text answer passes `redact` and `terminal_safe`: whatever a callback put in, no credential leaves
+    through HTTP, and no control character reaches the terminal of whoever curls the page."""
+    return _answer(status, terminal_safe(redact(text)).encode("utf-8"), "text/plain; charset=utf-8", headers)
 
 
 def _answer(status: HTTPStatus | int, body: bytes, content_type: str,

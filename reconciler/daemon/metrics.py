@@ -165,7 +165,7 @@ class Metrics:
             registry=r,
         )
         # Per-app series live in a registry of their own: rendered once per change of the facts (a pass), not once
-        # per scrape (daemon/app_metrics.py; 10,000 apps are ~90,000 series).
+        # per scrape (daemon/app_metrics.py; 10,000 apps are ~100,000 series).
         self.app_health_collector = AppHealthCollector()
         self._app_text: tuple[int, str, bytes] | None = None  # (facts version, content type, body)
         self._app_text_lock = threading.Lock()

@@ -37,6 +37,7 @@ from reconciler.logs import mask_secrets, utc_timestamp
 from reconciler.memory import release_memory
 from reconciler.redaction import redact_url
 from reconciler.settings import Settings
+from reconciler.terminal import terminal_safe
 
 log = logging.getLogger(__name__)
 
@@ -392,7 +393,7 @@ class Daemon:
             f"drift={s.drift_interval:g}s  prune={'on' if s.prune else 'off'}"
             + (f"  shard={s.shard} of {s.shards}" if s.shards > 1 else ""),
             f"started: {_ts(self._started_at)}",
-            f"ready: {'yes' if ready else 'no'} ({why})",
+            f"ready: {'yes' if ready else 'no'} ({one_line(why)})",
         ]
         running = self.runner.running
         lines.append(f"sync: running {running[0]} pass since {_ts(running[1])}" if running else "sync: idle")
@@ -404,18 +405,18 @@ class Daemon:
             )
         if self.runner.last_error is not None:
             err = self.runner.last_error
-            lines.append(f"last error: {_ts(err.started_at)} {err.error}")
+            lines.append(f"last error: {_ts(err.started_at)} {one_line(str(err.error))}")
         lines.append(f"passes: {self.runner.passes['ok']} ok, {self.runner.passes['error']} failed")
         if self.alerter is not None:
             active = self.alerter.active()
             lines.append(f"active alerts: {len(active)}" + (" (docs/alerts.md)" if active else ""))
-            lines.extend(f"  {a.alert:34} {a.app or '-'}: {a.summary[:300]}" for a in active[:50])
+            lines.extend(f"  {a.alert:34} {a.app or '-'}: {one_line(a.summary[:300])}" for a in active[:50])
         if isinstance(self.service, StatusSource):
             try:
                 lines.append("")
                 lines.append(self.service.status_text().rstrip("\n"))
             except Exception as e:
-                lines.append(f"(app status unavailable: {type(e).__name__}: {e})")
+                lines.append(f"(app status unavailable: {type(e).__name__}: {one_line(str(e))})")
         return "\n".join(lines) + "\n"
 
 
@@ -444,6 +445,11 @@ def _url_credentials(url: str | None) -> tuple[str | None, str | None]:
     except ValueError:
         return None, None
     return parts.username, parts.password
+
+
+def one_line(text: str) -> str:
+    """A field of one line of the status page: its newlines escaped too (the page escapes control characters)."""
+    return terminal_safe(text, newlines=False)
 
 
 def _ts(when: datetime | None) -> str:

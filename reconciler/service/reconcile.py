@@ -55,6 +55,7 @@ from reconciler.source.specs import spec_paths
 from reconciler.spec.load import SPEC_SUFFIXES, LoadResult, load_files
 from reconciler.spec.model import ChangeClass, FlinkApp, JobState
 from reconciler.spec.policy import SpecPolicy
+from reconciler.terminal import terminal_safe
 
 if TYPE_CHECKING:
     pass
@@ -509,7 +510,7 @@ class Reconciler:
                          + (" ..." if len(unreadable) > 20 else "") + ")")
         shown = [(a, st, why) for a, (st, why) in sorted(self._states.items()) if st != "ok"]
         for app, state, why in shown[:50]:
-            lines.append(f"  {state:8} {app}: {why[:400]}")
+            lines.append(f"  {state:8} {app}: {terminal_safe(why[:400], newlines=False)}")  # one line each
         if len(shown) > 50:
             lines.append(f"  ... and {len(shown) - 50} more")
         return "\n".join(lines) + "\n"

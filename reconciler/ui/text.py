@@ -7,7 +7,8 @@ here once, for every template:
 - **secrets**: URL credentials and the configured tokens (`logs.redact`, the same rule as the logs);
 - **invisible characters**: a bidi override (U+202E) turns `gnp.exe` into what reads as `exe.png`; other
   C0/C1 controls and zero-width characters hide or reorder text. Each is shown as `<U+202E>` instead (in a
-  distinct style where markup is allowed, as plain text inside attributes);
+  distinct style where markup is allowed, as plain text inside attributes); the set is `terminal.CONTROL`,
+  which the CLI and status.txt escape too;
 - **size**: a 100 KB failure message or commit subject is cut to a line where a line is meant, and shown
   whole once per page (a `<details>`), not once per place it appears.
 
@@ -25,11 +26,8 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from reconciler.logs import redact
+from reconciler.terminal import CONTROL  # the same characters the CLI and status.txt escape
 
-# C0 and C1 controls (but tab and newline), DEL, the bidi embeddings, overrides, isolates and marks, the
-# Arabic letter mark, zero-width space / word joiner / BOM, and the Unicode line and paragraph separators.
-CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b\u200e\u200f\u2028\u2029\u202a-\u202e"
-                     "\u2060\u2066-\u2069\ufeff]")
 _LINE_BREAKS = re.compile("\r\n?")  # a lone CR is a line break too; U+2028/2029 and NEL are shown
 ELLIPSIS = "…"
 LONG_AT = 2000  # characters: longer text is shown cut, with the whole behind a <details>

@@ -16,7 +16,7 @@ from reconciler.alerting.conditions import (
     daemon_conditions,
 )
 from reconciler.alerting.facts import AppFacts, Phase, facts_of, flink_duration_s, phase_of
-from reconciler.alerting.state import Status, Timing, advance, firing
+from reconciler.alerting.state import Key, Status, Timing, Tracked, advance, firing
 from reconciler.core.context import FAILED_BEFORE
 from reconciler.core.observed import ClusterPhase, JobPhase, LiveApp, Outcome
 from reconciler.core.plan import Action, AppPlan
@@ -28,6 +28,11 @@ T = Thresholds()
 
 def ap(action: Action, reason: str = "why", repair: str | None = None) -> AppPlan:
     return AppPlan(app="orders", action=action, reason=reason, repair=repair)
+
+
+def healing_after_failure(action: Action, repair: str) -> AppPlan:
+    return ap(action, "this spec already failed at revision abc: ...; Meanwhile ...", repair=repair).model_copy(
+        update={"failed": "stop job 0000 failed: disk full"})
 
 
 @pytest.mark.parametrize(("plan_", "outcome", "phase"), [
@@ -46,6 +51,12 @@ def ap(action: Action, reason: str = "why", repair: str | None = None) -> AppPla
     (ap(Action.REPAIR, repair="job"), Outcome.FAILURE, Phase.HEALING),
     (ap(Action.REPAIR, repair="job"), Outcome.SUCCESS, Phase.IN_SYNC),
     (ap(Action.CREATE), Outcome.ERROR, Phase.INVALID),
+    # Git's spec failed, the last applied spec is healed meanwhile (AppPlan.failed): failed, unless the heal itself
+    # crash-loops (its own alert says more).
+    (healing_after_failure(Action.NOOP, "recovering"), None, Phase.FAILED),
+    (healing_after_failure(Action.REPAIR, "taskmanager"), Outcome.SUCCESS, Phase.FAILED),
+    (healing_after_failure(Action.REPAIR, "job"), Outcome.FAILURE, Phase.FAILED),
+    (healing_after_failure(Action.NOOP, "job"), None, Phase.CRASH_LOOP),
 ])
 def test_phase_of_a_plan_and_its_outcome(plan_: AppPlan, outcome: Outcome | None, phase: Phase) -> None:
     assert phase_of(plan_, outcome) is phase
@@ -67,6 +78,21 @@ def test_the_planners_crash_loop_plans_are_the_crash_loop_phase() -> None:
     assert got is Phase.CRASH_LOOP and the.action is Action.NOOP, the.reason
     got, the = phase((timedelta(seconds=300), timedelta(seconds=200), timedelta(seconds=100)))  # given up
     assert got is Phase.CRASH_LOOP and the.action is Action.BLOCKED, the.reason
+
+
+def test_a_change_cut_off_by_a_fault_is_healing_not_a_failed_change() -> None:
+    # A JobManager killed mid-upgrade (no HA): the execution ends "interrupted", the spec is not to blame and the
+    # next pass heals the app and applies it. No change-failed alert for that (the chaos soak paged it, then
+    # resolved it 8 s later).
+    spec, live = app(), LiveApp(name="orders", cluster=ClusterPhase.UNKNOWN)
+    cut = record(last_action="interrupted", last_outcome=Outcome.FAILURE)
+    f = facts_of(ap(Action.UPGRADE), outcome=Outcome.FAILURE, message="interrupted: start job ...: the JobManager "
+                 "is not running", live=live, record=cut, spec=spec)
+    assert f.phase is Phase.HEALING and Trigger.CHANGE_FAILED not in {c.trigger for c in app_conditions(f, NOW, T)}
+    refused = record(last_action="upgrade", last_outcome=Outcome.FAILURE)
+    f = facts_of(ap(Action.UPGRADE), outcome=Outcome.FAILURE, message="stop job ... failed: disk full", live=live,
+                 record=refused, spec=spec)
+    assert f.phase is Phase.FAILED
 
 
 def test_a_repair_after_an_earlier_one_within_the_window_is_part_of_the_crash_loop() -> None:
@@ -107,7 +133,9 @@ def triggers(f: AppFacts, t: Thresholds = T) -> set[Trigger]:
 @pytest.mark.parametrize(("f", "expected"), [
     (facts(), set()),
     (facts(phase=Phase.BLOCKED), {Trigger.APP_BLOCKED}),
-    (facts(phase=Phase.FAILED), {Trigger.CHANGE_FAILED}),
+    (facts(phase=Phase.FAILED, change_failed=True), {Trigger.CHANGE_FAILED}),
+    (facts(phase=Phase.CRASH_LOOP, change_failed=True, job_running=False, job_state="FAILED"),
+     {Trigger.CHANGE_FAILED, Trigger.CRASH_LOOP}),  # Git's spec failed and the last applied one crash-loops
     (facts(phase=Phase.CRASH_LOOP, job_running=False, job_state="FAILED"), {Trigger.CRASH_LOOP}),
     (facts(phase=Phase.BLOCKED, record_unreadable="not JSON"), {Trigger.RECORDS_UNREADABLE, Trigger.APP_BLOCKED}),
     # checkpoint age: over max(3 x interval, 2 min)
@@ -218,3 +246,60 @@ def test_a_changed_summary_is_kept_without_a_new_message() -> None:
     changed = dataclasses.replace(cond(), summary="other words")
     state, ev = advance(state, [changed], NOW + timedelta(minutes=1), timing)
     assert ev == [] and firing(state)[0].condition.summary == "other words"
+
+
+def test_a_failed_spec_stays_failed_while_the_last_applied_one_is_healed_meanwhile() -> None:
+    """Chaos soak, round 87: Git's spec failed (the stop was refused), the old job runs on and its TaskManager is
+    killed. The passes alternate between "this spec already failed" (the job runs) and a heal of the last applied
+    spec (it does not). The change-failed alert fires once and does not resolve until the failure is gone."""
+    p1, p2 = app(), app(job={"args": ["v2"]})
+    rec = record(last_applied_revision="a" * 40, last_applied_spec=p1.canonical(), last_attempted_revision="c" * 40,
+                 last_attempted_spec_hash=p2.spec_hash, last_outcome=Outcome.FAILURE, last_action="upgrade",
+                 job_id="j" * 32, last_message="stop job jjjj failed: stop-with-savepoint failed: disk full",
+                 failed_spec_hash=p2.spec_hash, failed_revision="c" * 40,
+                 failed_message="stop job jjjj failed: stop-with-savepoint failed: disk full")
+    unhealthy = rec.model_copy(update={"unhealthy_since": NOW - timedelta(seconds=5)})
+    tm_gone = running().model_copy(update={"missing_processes": ("taskmanager",)})
+    restarting = running(state="RESTARTING", phase=JobPhase.STARTING)
+    passes = [
+        (running(), rec, None),  # blocked: this spec already failed
+        (tm_gone, unhealthy, Outcome.SUCCESS),  # the heal restarts the TaskManager of the last applied spec
+        (restarting, unhealthy, None),  # Flink recovers the job within the grace period
+        (running(), rec, None),
+        (tm_gone, unhealthy, Outcome.FAILURE),  # a heal that failed once: healing, not yet a crash loop
+        (running(), rec, None),
+    ]
+    state: dict[Key, Tracked] = {}
+    sent: list[tuple[Status, Trigger]] = []
+    for i, (live, r, outcome) in enumerate(passes):
+        the = plan(inp([p2], [p1], [live], [r])).app("orders")
+        f = facts_of(the, outcome=outcome, message=None, live=live, record=r, spec=p2, now=NOW,
+                     repair_window=timedelta(minutes=10))
+        assert f.phase is Phase.FAILED, (i, the.action, the.reason)
+        state, ev = advance(state, app_conditions(f, NOW, T), NOW + timedelta(seconds=i), Timing())
+        sent += [(e.status, e.condition.trigger) for e in ev]
+    assert sent == [(Status.FIRING, Trigger.CHANGE_FAILED)]
+    # Soak run 11: the TaskManager of the healed spec killed again and again; its repairs back off (a crash loop of
+    # the last applied spec). That alert comes and goes with the crash loop; the change-failed one stays as it is.
+    backing_off = unhealthy.model_copy(update={"repairs": (NOW - timedelta(seconds=5),),
+                                               "repairs_spec_hash": p1.spec_hash})
+    phases = []
+    for i, (live, r) in enumerate([(tm_gone, backing_off), (running(), rec), (tm_gone, backing_off),
+                                   (running(), rec)], start=len(passes)):
+        the = plan(inp([p2], [p1], [live], [r])).app("orders")
+        f = facts_of(the, outcome=None, message=None, live=live, record=r, spec=p2, now=NOW,
+                     repair_window=timedelta(minutes=10))
+        phases.append(f.phase)
+        state, ev = advance(state, app_conditions(f, NOW, T), NOW + timedelta(seconds=i), Timing())
+        sent += [(e.status, e.condition.trigger) for e in ev]
+    assert phases == [Phase.CRASH_LOOP, Phase.FAILED, Phase.CRASH_LOOP, Phase.FAILED]
+    assert sent == [(Status.FIRING, Trigger.CHANGE_FAILED),
+                    (Status.FIRING, Trigger.CRASH_LOOP), (Status.RESOLVED, Trigger.CRASH_LOOP),
+                    (Status.FIRING, Trigger.CRASH_LOOP), (Status.RESOLVED, Trigger.CRASH_LOOP)]
+    # A fix pushed to Git: an upgrade of the new spec that succeeds resolves it.
+    p3 = app(job={"args": ["v3"]})
+    the = plan(inp([p3], [p1], [running()], [rec])).app("orders")
+    f = facts_of(the, outcome=Outcome.SUCCESS, message=None, live=running(), record=rec, spec=p3)
+    state, ev = advance(state, app_conditions(f, NOW, T), NOW + timedelta(minutes=1), Timing())
+    assert f.phase is Phase.IN_SYNC and [(e.status, e.condition.trigger) for e in ev] == [
+        (Status.RESOLVED, Trigger.CHANGE_FAILED)]

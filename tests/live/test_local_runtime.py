@@ -11,11 +11,12 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from reconciler.core.observed import ClusterPhase, JobPhase, job_phase
 from reconciler.errors import DeadlineExceededError, JobManagerGoneError, PermanentStepError, RuntimeProvisionError
-from reconciler.live.local.config import ClusterRecord, ProcRecord, cluster_config_hash
+from reconciler.live.local.config import JM_ENTRY, TM_ENTRY, ClusterRecord, ProcRecord, cluster_config_hash
 from reconciler.live.local.runtime import LocalRuntime
 from reconciler.spec.model import FlinkApp
 from tests.fixtures.flink import REPO_ROOT, counter_app, counter_output_dir, read_counts, teardown_runtime, wait_until
@@ -116,6 +117,39 @@ def test_cluster_outlives_its_starter_and_is_rediscovered(env: Env) -> None:
     # The relative --output-dir lands in the cluster's work dir.
     out = counter_output_dir(env.rt, APP)
     wait_until(lambda: len(read_counts(out)) == 4, timeout=30, what="counter output")
+
+
+def entry_point_flags(pid: int, main_class: str) -> dict[str, str]:
+    """The `-D key=value` arguments a running JVM's entry point got (after its main class, not the JVM's own)."""
+    argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+    args = argv[argv.index(main_class) + 1:]
+    return dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "-D")
+
+
+# TaskManager memory keys (as BashJavaUtils passes them) and the figure GET /taskmanagers/<id> reports for each.
+TM_MEMORY = {"taskmanager.memory.framework.heap.size": "frameworkHeap", "taskmanager.memory.task.heap.size": "taskHeap",
+             "taskmanager.memory.framework.off-heap.size": "frameworkOffHeap",
+             "taskmanager.memory.task.off-heap.size": "taskOffHeap", "taskmanager.memory.managed.size": "managedMemory",
+             "taskmanager.memory.network.max": "networkMemory", "taskmanager.memory.jvm-metaspace.size": "jvmMetaspace"}
+
+
+def test_the_dynamic_properties_on_the_command_line_reach_the_running_processes(env: Env) -> None:
+    """Each JVM gets its memory sizes from BashJavaUtils as -D flags that config.yaml does not hold (it has only
+    the process sizes). Flink's entry point parser stops at the first argument it does not know and drops every
+    -D after it: each flag must take effect in the running process, as its REST API reports it."""
+    rec = env.record()
+    written = (env.rt.paths(APP).conf / "config.yaml").read_text()
+    jm = entry_point_flags(rec.jobmanager.pid, JM_ENTRY)
+    assert "jobmanager.memory.heap.size" in jm and not [k for k in jm if k in written], (jm, written)
+    effective = {e["key"]: e["value"] for e in httpx.get(rec.rest_url + "/jobmanager/config", timeout=10).json()}
+    assert {k: effective.get(k) for k in jm} == jm
+    for t in rec.taskmanagers:
+        tm = entry_point_flags(t.pid, TM_ENTRY)
+        assert set(TM_MEMORY) <= set(tm) and not [k for k in TM_MEMORY if k in written], (tm, written)
+        # The last flag (the resource id) names the TaskManager; its memory figures are the flags' sizes.
+        got = httpx.get(f"{rec.rest_url}/taskmanagers/{tm['taskmanager.resource-id']}", timeout=10).json()
+        figures = got["memoryConfiguration"]
+        assert {k: figures[v] for k, v in TM_MEMORY.items()} == {k: int(tm[k].removesuffix("b")) for k in TM_MEMORY}
 
 
 def test_start_job_again_returns_the_same_job(env: Env) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from markupsafe import Markup
 
-from reconciler.ui.text import CONTROL, LONG_AT, LongText, clip, one_line, plain, shown
+from reconciler.terminal import CONTROL
+from reconciler.ui.text import LONG_AT, LongText, clip, one_line, plain, shown
 
 
 @pytest.mark.parametrize(("raw", "seen"), [

@@ -233,8 +233,12 @@ class JvmProcesses:
             "-Dlog4j2.formatMsgNoLookups=true",
             "-classpath", self.dist.classpath,
         ]
+        # Only options the entry point parses. Flink 2.3's parser (ClusterEntrypoint's and TaskManagerRunner's
+        # CommandLineParser: commons-cli with stopAtNonOption, knowing only --configDir and -D) stops at the first
+        # argument it does not know and ignores the rest: Flink 1.x's `--executionMode cluster` is no option any
+        # more, and the JobManager's memory -D flags after it were dropped (found by the Flink image first).
         if role == "jobmanager":
-            cmd += [JM_ENTRY, "--configDir", str(p.conf), "--executionMode", "cluster", *mem.dynamic]
+            cmd += [JM_ENTRY, "--configDir", str(p.conf), *mem.dynamic]
         else:
             cmd += [TM_ENTRY, "--configDir", str(p.conf), *mem.dynamic,
                     "-D", f"taskmanager.resource-id={_resource_id(rec, index)}"]
