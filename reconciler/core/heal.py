@@ -141,7 +141,7 @@ def recovering(ctx: Ctx) -> AppPlan | None:
             return guard
         ref = SpecRef.PREVIOUS if ctx.previous is not None else SpecRef.DESIRED  # what runs, not a new config
         _, start, _ = step_deadlines(ctx)
-        steps: list[Step] = [EnsureCluster(spec=ref, deadline_s=start)]
+        steps: list[Step] = [EnsureCluster(spec=ref, deadline_s=start, keep_running=True)]
         if live.job_id:
             steps.append(AwaitRunning(job_id=live.job_id, deadline_s=start))
         fixed = ctx.app_plan(

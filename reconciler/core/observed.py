@@ -215,6 +215,13 @@ class AppRecord(Frozen):
     def latest_savepoint(self) -> SavepointRecord | None:
         return max(self.savepoints, key=lambda s: s.taken_at, default=None)
 
+    @property
+    def ran_here(self) -> bool:
+        """Whether the app ran here: a spec of it was applied, or a job or savepoint of it is on record. A record of
+        blocked or refused attempts alone is no run: such an app is still seen for the first time (a takeover from
+        the Flink Kubernetes Operator is still looked for, core.takeover)."""
+        return self.last_applied_spec is not None or self.job_id is not None or bool(self.job_ids or self.savepoints)
+
 
 class Records(Frozen):
     apps: dict[str, AppRecord] = {}

@@ -73,10 +73,16 @@ class _Step(_Frozen):
 
 
 class EnsureCluster(_Step):
-    """Provision or reconfigure the app's cluster (resources only; the job is untouched)."""
+    """Provision or reconfigure the app's cluster (resources only; the job is untouched).
+
+    `keep_running`: a job runs on the cluster and keeps running (a scale, a repair of dead processes): the processes
+    that run it are kept as they are, only TaskManagers are added, removed or restarted. What the spec did not ask
+    for (the reconciler of a newer version renders a config or pod differently) never replaces them then; it comes
+    with the app's next new job (docs/kubernetes.md, "Upgrading the reconciler")."""
 
     type: Literal["EnsureCluster"] = "EnsureCluster"
     spec: SpecRef = SpecRef.DESIRED
+    keep_running: bool = False
 
 
 class StopWithSavepoint(_Step):
@@ -230,6 +236,8 @@ def _job(job_id: str) -> str:
 def describe_step(step: Step) -> str:
     """One line a reviewer can read."""
     match step:
+        case EnsureCluster(spec=spec, keep_running=True):
+            return f"ensure cluster resources ({spec.value} spec; the running job's processes are kept)"
         case EnsureCluster(spec=spec):
             return f"ensure cluster resources ({spec.value} spec)"
         case StopWithSavepoint(job_id=job_id, drain=drain):

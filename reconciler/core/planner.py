@@ -339,7 +339,7 @@ def _plan_present(
     if level is ChangeClass.SCALE:
         return blocked or ctx.app_plan(
             Action.SCALE, "scale change: resources are applied without restarting the job",
-            steps=(EnsureCluster(deadline_s=seconds(desired.spec.deadlines.start)),))
+            steps=(EnsureCluster(deadline_s=seconds(desired.spec.deadlines.start), keep_running=True),))
     leftover = _leftover_clusters(ctx)
     if leftover:
         return leftover

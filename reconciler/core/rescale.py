@@ -43,7 +43,8 @@ def in_place_rescale(upgrade: AppPlan, desired: FlinkApp, previous: FlinkApp | N
     tms = ""
     old_tm, new_tm = previous.spec.task_manager.replicas, desired.spec.task_manager.replicas
     if new_tm > old_tm:
-        first = (EnsureCluster(deadline_s=max(1.0, desired.spec.deadlines.start.total_seconds())), step)
+        first = (EnsureCluster(deadline_s=max(1.0, desired.spec.deadlines.start.total_seconds()), keep_running=True),
+                 step)
         tms = f" on taskManager.replicas {old_tm} -> {new_tm} (started first, the job untouched)"
     shifted = None if upgrade.rollback_after is None else upgrade.rollback_after + len(first)
     return upgrade.model_copy(update={

@@ -10,7 +10,7 @@ suspension) is read in `reconciler.operator_migration.status`; the planner sees 
 from __future__ import annotations
 
 from reconciler.core.context import Ctx, ctx_start_steps, seconds, step_deadlines
-from reconciler.core.observed import OperatorDeployment
+from reconciler.core.observed import ClusterPhase, OperatorDeployment
 from reconciler.core.plan import (
     CAPTURED,
     Action,
@@ -38,7 +38,8 @@ def plan_takeover(ctx: Ctx) -> AppPlan | None:
             return None
         return _takeover(ctx, OperatorDeployment(namespace=ns, name=takeover.name))
     op = ctx.live.operator
-    known = ctx.previous is not None or ctx.inp.records.get(ctx.name) is not None
+    rec = ctx.inp.records.get(ctx.name)
+    known = ctx.previous is not None or (rec is not None and rec.ran_here)
     if op is None:
         if takeover is not None and not known:
             return ctx.app_plan(Action.BLOCKED, (
@@ -50,7 +51,7 @@ def plan_takeover(ctx: Ctx) -> AppPlan | None:
         return None
     if op.unreadable is not None:
         if takeover is None:
-            return None
+            return _unknown_operator(ctx, op) if not known else None
         return ctx.app_plan(Action.BLOCKED, (
             f"spec.takeover: FlinkDeployments in namespace {ns} cannot be read ({op.unreadable}), so whether the "
             "operator still runs this job is unknown; nothing is started meanwhile. Grant the reconciler get, list, "
@@ -71,6 +72,22 @@ def plan_takeover(ctx: Ctx) -> AppPlan | None:
             return _takeover(ctx, op, initial)
         return ctx.app_plan(Action.BLOCKED, f"takeover refused: {op.not_suspendable}")
     return _takeover(ctx, op)
+
+
+def _unknown_operator(ctx: Ctx, op: OperatorDeployment) -> AppPlan | None:
+    """First sight of an app without spec.takeover while FlinkDeployments cannot be read (the reconciler may not
+    list them, the API server failed): the operator may run this very job, and a job started here beside it from
+    empty state (or from an old savepoint) would run twice, with two writers to its sinks. Nothing is started until
+    they can be read. A cluster of ours (records lost) is ours to adopt, and a suspended app starts nothing."""
+    if ctx.live.cluster is not ClusterPhase.ABSENT or ctx.desired.spec.job.state is not JobState.RUNNING:
+        return None
+    ns = op.namespace
+    return ctx.app_plan(Action.BLOCKED, (
+        f"FlinkDeployments in namespace {ns} cannot be read ({op.unreadable}), so whether the Flink Kubernetes "
+        f"Operator runs this app's job there is unknown; a new app is not started beside a job it may run. Grant "
+        f"the reconciler list on flinkdeployments.flink.apache.org in namespace {ns} (the rule in "
+        "deploy/kubernetes/rbac-apps.yaml); if the operator does run it, add spec.takeover (the import writes it) "
+        "to take it over with its state"))
 
 
 def _takeover(ctx: Ctx, op: OperatorDeployment, suspended_from: str | None = None) -> AppPlan:

@@ -137,8 +137,11 @@ class Runtime(Protocol):
 
     def observe(self, app: str) -> ClusterInfo: ...
 
-    def ensure_cluster(self, app: FlinkApp, *, deadline: float) -> ClusterInfo:
-        """Start or reconfigure the cluster for `app` (no job) and wait until it is READY."""
+    def ensure_cluster(self, app: FlinkApp, *, deadline: float, keep_running: bool = False) -> ClusterInfo:
+        """Start or reconfigure the cluster for `app` (no job) and wait until it is READY. `keep_running`
+        (`core.plan.EnsureCluster`): a job runs on it and must go on running: the JobManager and the running
+        TaskManagers are kept as they are (their config, their JVMs or pods); only TaskManagers are added,
+        removed or brought back."""
         ...
 
     def start_job(

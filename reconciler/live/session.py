@@ -253,10 +253,10 @@ class SessionRuntime:
         return ClusterInfo(app=app, phase=info.phase, rest_url=info.rest_url, message=info.message,
                            missing=info.missing)
 
-    def ensure_cluster(self, app: FlinkApp, *, deadline: float) -> ClusterInfo:
+    def ensure_cluster(self, app: FlinkApp, *, deadline: float, keep_running: bool = False) -> ClusterInfo:
         cluster = self.session_of(app.name) or app.spec.session_cluster
         if cluster is None:
-            return self.host.ensure_cluster(app, deadline=deadline)
+            return self.host.ensure_cluster(app, deadline=deadline, keep_running=keep_running)
         stand_in = cluster_app(cluster, app)
         want = self.host.config_key(stand_in)
         gens = self.host.session_generations(cluster)
@@ -271,7 +271,7 @@ class SessionRuntime:
                 raise PermanentStepError(
                     f"session cluster {cluster} runs at another spec with the jobs of {', '.join(others)}: it changes "
                     "only by warm standby (every job moves), never by a restart under them")
-        info = self.host.ensure_cluster(stand_in, deadline=deadline)
+        info = self.host.ensure_cluster(stand_in, deadline=deadline, keep_running=keep_running)
         return ClusterInfo(app=app.name, phase=info.phase, rest_url=info.rest_url, message=info.message)
 
     def start_job(self, app: FlinkApp, *, job_id: str, jar: Path | None, restore_path: str | None,

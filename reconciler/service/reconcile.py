@@ -305,7 +305,7 @@ class Reconciler:
         live = observe(shard_view(self.runtime, self.shard), names)
         # A takeover from the Flink Kubernetes Operator (core.takeover): its FlinkDeployments, for apps it concerns.
         live = with_operator_deployments(self.runtime, live, {n: a for n, a in desired.apps.items() if n in names},
-                                         known=set(records.apps))
+                                         known={n for n, r in records.apps.items() if r.ran_here})
         if track_health:
             records = self._track_health(records, live, previous)
         return PlanInput(

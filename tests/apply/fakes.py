@@ -431,7 +431,7 @@ class FakeRuntime:
         phase = ClusterPhase.READY if self.clock.monotonic() >= c.ready_at else ClusterPhase.STARTING
         return ClusterInfo(app=app, phase=phase, rest_url=f"fake://{app}", spec_hash=c.spec_hash)
 
-    def ensure_cluster(self, app: FlinkApp, *, deadline: float) -> ClusterInfo:
+    def ensure_cluster(self, app: FlinkApp, *, deadline: float, keep_running: bool = False) -> ClusterInfo:
         def go() -> ClusterInfo:
             if self.provision_error:
                 raise RuntimeProvisionError(self.provision_error)

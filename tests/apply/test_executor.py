@@ -523,7 +523,7 @@ def test_apps_run_concurrently_up_to_max_parallel(world: World) -> None:
     barrier = threading.Barrier(2, timeout=10)
     original = world.rt.ensure_cluster
 
-    def ensure(app: FlinkApp, *, deadline: float) -> object:
+    def ensure(app: FlinkApp, *, deadline: float, keep_running: bool = False) -> object:
         nonlocal active, peak
         with lock:
             active += 1
@@ -532,7 +532,7 @@ def test_apps_run_concurrently_up_to_max_parallel(world: World) -> None:
             if app.name in ("a", "b"):
                 barrier.wait()  # both must be inside at once, or this times out
             time.sleep(0.01)
-            return original(app, deadline=deadline)
+            return original(app, deadline=deadline, keep_running=keep_running)
         finally:
             with lock:
                 active -= 1

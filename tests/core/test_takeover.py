@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.core.observed import LiveApp, OperatorDeployment, Outcome
+from reconciler.core.observed import Checkpoint, LiveApp, OperatorDeployment, Outcome
 from reconciler.core.plan import (
     Action,
     AppPlan,
@@ -34,7 +34,7 @@ from reconciler.operator_migration.status import (
     suspension,
     takeover_refusal,
 )
-from tests.core.builders import REV, absent, app, inp, record, running
+from tests.core.builders import NOW, REV, absent, app, inp, record, running
 
 
 def durable(uri: str) -> str | None:
@@ -195,9 +195,24 @@ ROWS = [
         [app(takeover={"from": "FlinkDeployment/orders"})],
         live=[operated(op=OP.model_copy(update={"unreadable": "403 Forbidden"}))]),
         Action.BLOCKED, (), "403 Forbidden"),
-    Row("FlinkDeployments unreadable, no takeover asked: a create as usual", inp(
+    Row("FlinkDeployments unreadable, no takeover asked, first sight: never started beside the operator's job", inp(
         [app()], live=[operated(op=OP.model_copy(update={"unreadable": "403 Forbidden"}))]),
-        Action.CREATE, ("EnsureCluster", "StartJob", "AwaitRunning")),
+        Action.BLOCKED, (), "FlinkDeployments in namespace default cannot be read (403 Forbidden)"),
+    Row("FlinkDeployments unreadable, no takeover asked, first sight with a savepoint found: blocked too", inp(
+        [app()], live=[operated(op=OP.model_copy(update={"unreadable": "403 Forbidden"}),
+                                stored_savepoint=Checkpoint(path="file:///sp/orders/savepoint-1",
+                                                           completed_at=NOW - timedelta(minutes=5)))]),
+        Action.BLOCKED, (), "Grant the reconciler list on flinkdeployments.flink.apache.org in namespace default"),
+    Row("FlinkDeployments unreadable, no takeover asked, a cluster of ours runs (records lost): adopted", inp(
+        [app()], live=[running().model_copy(update={"operator": OP.model_copy(update={"unreadable": "403"})})]),
+        Action.UPGRADE, ("StopWithSavepoint", "EnsureCluster", "StartJob", "AwaitRunning")),
+    Row("FlinkDeployments unreadable, no takeover asked, suspended: nothing to start", inp(
+        [app(job={"state": "suspended"})], live=[operated(op=OP.model_copy(update={"unreadable": "403"}))]),
+        Action.NOOP, (), "suspended"),
+    Row("FlinkDeployments unreadable, an app of ours with a record: planned as usual", inp(
+        [app()], previous=[app()], live=[running().model_copy(update={"operator": OP.model_copy(
+            update={"unreadable": "403"})})], records=[record()]),
+        Action.NOOP, (), "up to date"),
     Row("spec.takeover but no such FlinkDeployment, never seen: never an empty start",
         inp([app(takeover={"from": "FlinkDeployment/orders"})]), Action.BLOCKED, (), "there is none in namespace"),
     Row("spec.takeover, no FlinkDeployment, but a record (a takeover rolled back to its job): planned as usual",

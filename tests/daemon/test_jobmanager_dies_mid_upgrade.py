@@ -128,13 +128,13 @@ class DyingJobManager(FakeRuntime):
         # newest first, as the runtimes list them
         return sorted(self.retained, key=lambda c: c.completed_at, reverse=True) if app in self.clusters else []
 
-    def ensure_cluster(self, app: FlinkApp, *, deadline: float) -> ClusterInfo:
+    def ensure_cluster(self, app: FlinkApp, *, deadline: float, keep_running: bool = False) -> ClusterInfo:
         if app.name in self.dead:
             old = self.clusters.pop(app.name)
             self.dead.discard(app.name)
             self.clusters[app.name] = FakeCluster(app.name, self.clock.monotonic(), old.spec_hash,
                                                   FakeFlink(self, app.name))
-        return super().ensure_cluster(app, deadline=deadline)
+        return super().ensure_cluster(app, deadline=deadline, keep_running=keep_running)
 
 
 def test_a_jobmanager_killed_during_the_upgrades_stop_interrupts_it_and_the_app_restarts_from_its_checkpoint(

@@ -62,13 +62,13 @@ class DyingTaskManager(FakeRuntime):
                                missing=("taskmanager-0",))
         return info
 
-    def ensure_cluster(self, app: FlinkApp, *, deadline: float) -> ClusterInfo:
+    def ensure_cluster(self, app: FlinkApp, *, deadline: float, keep_running: bool = False) -> ClusterInfo:
         c = self.clusters.get(app.name)
         if c is not None and app.name in self.dead and self.restartable:
             assert c.spec_hash == spec_hash(app.canonical()), "a restart of a process must not reconfigure the cluster"
             self.dead.discard(app.name)
             self.restarts += 1
-        return super().ensure_cluster(app, deadline=deadline)
+        return super().ensure_cluster(app, deadline=deadline, keep_running=keep_running)
 
     def start_job(self, app: FlinkApp, **kw: Any) -> str:
         self._flink_of(app.name)

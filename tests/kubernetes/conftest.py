@@ -75,6 +75,7 @@ def cluster(_standin: Standin | None) -> Iterator[Cluster]:
     cfg.host = _standin.url
     cfg.api_key["BearerToken"] = "Bearer stand-in-token"
     _standin.set_auto_ready(True)
+    _standin.reset_access()
     _standin.api.reset_log()
     ns = f"fr-test-{uuid.uuid4().hex[:8]}"
     yield Cluster(k8s_client.ApiClient(cfg), ns, FakeClock(), 5.0, _standin)  # FakeClock: polls cost no time

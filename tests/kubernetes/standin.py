@@ -30,7 +30,11 @@ subclass takes over the object requests and adds what our code relies on (per th
   503 ``ServiceUnavailable`` ("no endpoints available") otherwise;
 - an optional stand-in for the Deployment/StatefulSet controllers (``auto_ready``): a workload becomes
   available as soon as it is written, which is what a healthy cluster converges to;
-- a request log and counter per (verb, resource) for the benchmark and the RBAC test.
+- a request log and counter per (verb, resource) for the benchmark and the RBAC test;
+- RBAC and CRDs as a test sets them (`Standin.deny`, `Standin.unserve`): 403 ``Forbidden`` for a denied verb on a
+  resource whether or not it is served (the real server authorizes before it looks the resource up), 404
+  ``NotFound`` for a resource of a group that is not served, and discovery of that group 404 too (discovery
+  itself is open to every authenticated user, through ``system:discovery``).
 
 Known deviations from the real server, none of which our code depends on: no admission, no validation
 beyond names, no namespace existence check, watches skip intermediate states, GC is synchronous
@@ -84,6 +88,7 @@ KINDS: dict[tuple[str, str], tuple[str, bool, bool]] = {
 }
 VERSIONS = {"": "v1", "apps": "v1", "rbac.authorization.k8s.io": "v1", "coordination.k8s.io": "v1",
             "flink.apache.org": "v1beta1"}
+STANDIN_USER = "system:serviceaccount:flink-reconciler:flink-reconciler"  # who RBAC denies (`Standin.deny`)
 _PROXY_RE = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/:]+)(?::([^/]+))?/proxy(/.*)?$")
 
 
@@ -282,6 +287,9 @@ def apply_defaults(kind: str, obj: Obj, ip_seq: int) -> None:
             port.setdefault("targetPort", port.get("port"))
 
 
+_NOT_SERVED = ApiError(404, "NotFound", "the server could not find the requested resource")
+
+
 class StandinApi(kmock.KubernetesEmulator):
     """The emulator with the object semantics above. State lives on the server's event loop; read it
     from another thread only through the locked helpers (`calls`, `counts`) or `Standin.call`."""
@@ -298,6 +306,8 @@ class StandinApi(kmock.KubernetesEmulator):
         self.rv = 1
         self.ip_seq = 0
         self.auto_ready = True
+        self.denied: set[tuple[str, str, str]] = set()  # (group, plural, verb) the caller's RBAC does not grant
+        self.unserved: set[str] = set()  # API groups not served (a CustomResourceDefinition not installed)
         self.proxy_backends: dict[tuple[str, str, str], str] = {}
         self.log_lock = threading.Lock()
         self.call_log: list[Call] = []
@@ -344,6 +354,10 @@ class StandinApi(kmock.KubernetesEmulator):
         res = request.resource
         if m := _PROXY_RE.match(path):
             return await self._proxied(request, m)
+        if (res is None or not res.plural) and path.startswith("/apis/"):  # discovery of a group (version)
+            self._log("get", path.removeprefix("/apis/"), "discovery", None, request)
+            if any(path == f"/apis/{g}" or path.startswith(f"/apis/{g}/") for g in self.unserved):
+                return aiohttp.web.json_response(_NOT_SERVED.status(), status=404)
         if res is None or not res.plural or (res.group, res.plural) not in KINDS:
             return await KubernetesScaffold._handle(self, request)  # discovery and unknown URLs
         group, plural = str(res.group), str(res.plural)
@@ -352,6 +366,14 @@ class StandinApi(kmock.KubernetesEmulator):
         verb = {"GET": "get" if name else ("watch" if request.params.get("watch") == "true" else "list"),
                 "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, method.lower())
         self._log(verb, group, plural + (f"/{sub}" if sub else ""), ns, request)
+        if (group, plural, verb) in self.denied:
+            where = f' in the namespace "{ns}"' if ns else ""
+            forbidden = ApiError(403, "Forbidden", f'{_qualified(group, plural)} is forbidden: User "{STANDIN_USER}" '
+                                                   f'cannot {verb} resource "{plural}" in API group "{group}"{where}',
+                                 {"group": group, "kind": plural})
+            return aiohttp.web.json_response(forbidden.status(), status=403)
+        if group in self.unserved:
+            return aiohttp.web.json_response(_NOT_SERVED.status(), status=404)
         try:
             if verb == "watch":
                 return await self._watch(request, group, plural, ns)
@@ -801,6 +823,18 @@ class Standin:
 
     def set_auto_ready(self, value: bool) -> None:
         self.call(setattr, self.api, "auto_ready", value)
+
+    def deny(self, group: str, plural: str, *verbs: str) -> None:
+        """The caller's RBAC no longer grants `verbs` on `plural` of `group`: 403 Forbidden, as the real server."""
+        self.call(self.api.denied.update, {(group, plural, v) for v in verbs})
+
+    def unserve(self, group: str) -> None:
+        """API group `group` is not served (its CustomResourceDefinition is not installed)."""
+        self.call(self.api.unserved.add, group)
+
+    def reset_access(self) -> None:
+        self.call(self.api.denied.clear)
+        self.call(self.api.unserved.clear)
 
     def add_proxy_backend(self, namespace: str, service: str, port: str, url: str) -> None:
         self.call(self.api.proxy_backends.__setitem__, (namespace, service, port), url)

@@ -329,3 +329,75 @@ def test_the_plan_json_names_the_flinkdeployment(setup: dict[str, Any]) -> None:
     steps = doc["apps"][0]["steps"]
     assert steps[0] == {"type": "SuspendOperatorDeployment", "namespace": operator.ns, "name": APP,
                         "deadline_s": 60.0}
+
+
+FORBIDDEN = ("flink.apache.org", "flinkdeployments", "list")
+
+
+def _ours(w: World) -> list[Obj]:
+    return w.cluster.kube.list("Deployment", w.cluster.namespace, "app.kubernetes.io/managed-by=flink-reconciler")
+
+
+def test_an_app_is_not_started_beside_the_operator_while_its_flinkdeployments_are_forbidden(
+        setup: dict[str, Any]) -> None:
+    """The operator runs the app's job, and the reconciler's RBAC lacks `list` on flinkdeployments: a new app
+    without spec.takeover is blocked, with the missing verb and resource, on every pass (a blocked attempt on record
+    is no run of it here); with the permission back, the takeover is planned."""
+    w, operator, rev = setup["world"], setup["operator"], setup["rev"]
+    operator.deploy()
+    w.cluster.standin.deny(*FORBIDDEN)
+    rec, _ = setup["reconciler"]()
+    for _ in range(2):
+        ap = rec.plan(rev).app(APP)
+        assert ap.action is Action.BLOCKED, ap.reason
+        ns = w.cluster.namespace
+        assert ap.reason.startswith(f"FlinkDeployments in namespace {ns} cannot be read (403 Forbidden: "
+                                    "flinkdeployments.flink.apache.org is forbidden: User ")
+        assert f'cannot list resource "flinkdeployments" in API group "flink.apache.org" in the namespace "{ns}"' \
+            in ap.reason
+        assert f"Grant the reconciler list on flinkdeployments.flink.apache.org in namespace {ns}" in ap.reason
+        assert rec.apply(rev).results[APP].outcome is Outcome.FAILURE
+        assert _ours(w) == [] and w.flink.job_state(OPERATOR_JOB) == "RUNNING"
+    fd = operator.deployment()
+    assert fd is not None and fd["spec"]["job"]["state"] == "running"  # nothing was asked of it
+    w.cluster.standin.reset_access()
+    assert rec.plan(rev).app(APP).action is Action.TAKEOVER
+
+
+def test_a_refused_takeover_is_not_followed_by_a_create_beside_the_operators_job(setup: dict[str, Any]) -> None:
+    """A takeover refused on first sight (the FlinkDeployment is mid-upgrade) leaves a blocked attempt on record:
+    the next pass still sees the FlinkDeployment, and once it settled, takes it over."""
+    w, operator, rev = setup["world"], setup["operator"], setup["rev"]
+    operator.deploy({"lifecycleState": "UPGRADING", "reconciliationStatus": {"state": "UPGRADING"},
+                     "jobStatus": {"jobId": OPERATOR_JOB, "state": "RUNNING"}})
+    rec, _ = setup["reconciler"]()
+    assert rec.apply(rev).results[APP].action is Action.BLOCKED
+    ap = rec.plan(rev).app(APP)
+    assert ap.action is Action.BLOCKED and "mid-upgrade" in ap.reason, ap.reason
+    w.cluster.patch("FlinkDeployment", APP, {"status": {"lifecycleState": "STABLE", "reconciliationStatus": {
+        "state": "DEPLOYED"}}}, manager="flink-kubernetes-operator", status=True)
+    assert rec.plan(rev).app(APP).action is Action.TAKEOVER
+    assert _ours(w) == []
+
+
+@pytest.mark.parametrize(("access", "discovered"), [
+    ("readable", 0),  # the operator's CRD installed, no FlinkDeployment of the app
+    ("not installed", 0),  # 404 on the resource: nothing to take over, nothing more asked
+    ("forbidden, not installed", 1),  # 403 says nothing of the CRD (RBAC comes first): discovery says it is absent
+])
+def test_without_the_operator_a_new_app_is_created_as_ever(setup: dict[str, Any], access: str,
+                                                            discovered: int) -> None:
+    w, rev = setup["world"], setup["rev"]
+    standin = w.cluster.standin
+    if "not installed" in access:
+        standin.unserve("flink.apache.org")
+    if "forbidden" in access:
+        standin.deny(*FORBIDDEN)
+    rec, _ = setup["reconciler"]()
+    for _ in range(3):
+        standin.api.reset_log()
+        ap = rec.plan(rev).app(APP)
+        assert ap.action is Action.CREATE, ap.reason
+        calls = [(c.verb, c.resource) for c in standin.api.calls() if c.resource in ("flinkdeployments", "discovery")]
+        assert calls == [("list", "flinkdeployments")] + [("get", "discovery")] * discovered
+        discovered = 0  # what discovery said is kept: asked once, not per pass

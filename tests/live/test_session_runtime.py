@@ -110,7 +110,7 @@ class Host:
     def observe(self, app: str) -> ClusterInfo:
         return self.list_clusters().get(app) or ClusterInfo(app=app, phase=ClusterPhase.ABSENT)
 
-    def ensure_cluster(self, app: FlinkApp, *, deadline: float) -> ClusterInfo:
+    def ensure_cluster(self, app: FlinkApp, *, deadline: float, keep_running: bool = False) -> ClusterInfo:
         self.calls.append(("ensure", app.name))
         return ClusterInfo(app=app.name, phase=ClusterPhase.READY)
 

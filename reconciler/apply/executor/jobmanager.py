@@ -65,7 +65,8 @@ class JobManagerProbe(ExecutorBase):
             ref = next((r for r in refs if self._spec(run, r).spec_hash == info.spec_hash), default)
             if ref is None or ref not in refs:
                 return
-            self.runtime.ensure_cluster(self._spec(run, ref), deadline=self.clock.monotonic() + self.cleanup_deadline_s)
+            self.runtime.ensure_cluster(self._spec(run, ref), deadline=self.clock.monotonic() + self.cleanup_deadline_s,
+                                        keep_running=True)
         except ReconcilerError as e:  # the step's own waiting goes on; the next look tries again
             log.warning("%s: could not restart %s while %s: %s", run.app, ", ".join(missing), waiting, e)
             return

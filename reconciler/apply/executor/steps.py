@@ -139,12 +139,14 @@ class StepHandlers(JobManagerProbe):
         stale copy costs at most one savepoint redeploy after a loss of the records, never a fallback now."""
         try:
             app = self._spec(run, SpecRef.DESIRED)
-            self.runtime.ensure_cluster(app, deadline=self.clock.monotonic() + app.spec.deadlines.start.total_seconds())
+            self.runtime.ensure_cluster(app, deadline=self.clock.monotonic() + app.spec.deadlines.start.total_seconds(),
+                                        keep_running=True)
         except ReconcilerError as e:
             log.warning("%s: rescaled in place, but the cluster's copy of the spec was not updated: %s", run.app, e)
 
     def _ensure_cluster(self, run: Run, step: EnsureCluster, deadline: float) -> None:
-        info = self.runtime.ensure_cluster(self._spec(run, step.spec), deadline=deadline)
+        info = self.runtime.ensure_cluster(self._spec(run, step.spec), deadline=deadline,
+                                           keep_running=step.keep_running)
         if info.phase is ClusterPhase.FAILED:
             raise PermanentStepError(f"the cluster failed to start: {info.message or 'no reason given'}")
         if info.phase is not ClusterPhase.READY:

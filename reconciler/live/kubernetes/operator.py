@@ -22,6 +22,9 @@ from reconciler.live.kubernetes.api import Kube, KubernetesApiError, KubernetesU
 from reconciler.live.kubernetes.storage import storage_problem
 
 KIND = "FlinkDeployment"
+GROUP_VERSION = "flink.apache.org/v1beta1"
+# How long an answer of API discovery (is the operator's resource served?) is kept: asked only after a 403.
+SERVED_TTL_S = 300.0
 # The `type` label of the operator's objects: Flink's native Kubernetes integration (native mode, and every HA
 # ConfigMap), and the operator's standalone mode (StandaloneKubernetesUtils).
 NATIVE_TYPE = "flink-native-kubernetes"
@@ -50,15 +53,22 @@ class OperatorDeployments:
         namespaces: tuple[str, ...]
         poll_interval: float
         savepoint_probe: Callable[[str], bool | None]
+        _served: tuple[float, bool] | None
 
     def flink_deployments(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """Every FlinkDeployment in the watched namespaces; none where the operator's resource is not served. One
+        list per namespace. Raises ObserveError when they cannot be read: the caller must not read that as none."""
         out: dict[tuple[str, str], dict[str, Any]] = {}
         for ns in self.namespaces:
             try:
                 items = self.kube.list(KIND, ns, "")
             except KubernetesApiError as e:
-                if e.code == 404:  # the operator's CRD is not installed: nothing to take over
+                # 404: the operator's CRD is not installed, nothing to take over. A 403 says nothing about that
+                # (the API server authorizes before it looks the resource up): discovery tells.
+                if e.code == 404 or (e.code == 403 and not self._flinkdeployments_served()):
                     continue
+                if e.code == 403:  # the API server's own words name the verb, the resource and who was refused
+                    raise ObserveError(f"{e.code} {e.reason}: {e.api_message}") from e
                 raise ObserveError(f"cannot list FlinkDeployments in namespace {ns}: {e}") from e
             except KubernetesUnavailableError as e:
                 raise ObserveError(f"cannot list FlinkDeployments in namespace {ns}: {e}") from e
@@ -66,6 +76,27 @@ class OperatorDeployments:
                 meta = it.get("metadata") or {}
                 out[(str(meta.get("namespace") or ns), str(meta.get("name")))] = it
         return out
+
+    def _flinkdeployments_served(self) -> bool:
+        """Whether the API server serves the operator's FlinkDeployments (its CRD is installed), from API discovery,
+        which every authenticated client may read (`system:discovery`). Kept for SERVED_TTL_S; asked only after a
+        403, so a cluster without the operator pays nothing. An answer that cannot be had counts as served: unknown
+        is never read as "no operator here"."""
+        now = self.clock.monotonic()
+        if self._served is not None and now - self._served[0] < SERVED_TTL_S:
+            return self._served[1]
+        try:
+            found = self.kube.request("GET", f"/apis/{GROUP_VERSION}")
+        except KubernetesApiError as e:
+            if e.code != 404:
+                return True
+            served = False
+        except KubernetesUnavailableError:
+            return True
+        else:
+            served = any(r.get("name") == "flinkdeployments" for r in found.get("resources") or [])
+        self._served = (now, served)
+        return served
 
     def flink_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.kube.get(KIND, namespace, name)

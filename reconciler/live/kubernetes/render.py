@@ -86,9 +86,11 @@ STAGED_JAR = "job.jar"  # the jar id a session JobManager lists: staged there by
 # comes later (its pods never change for an app). Their jar ids are `image_jar_id(path)`.
 IMAGE_JARS = "/opt/flink/usrlib"
 IMAGE_JAR_PREFIX = "image-"
-# What makes two clusters of one FlinkSessionCluster interchangeable: their pods (not their replicas). On the
-# JobManager Deployment of a session cluster (`session_key`).
-ANNOTATION_SESSION_KEY = "flink-reconciler.io/session-key"
+# What makes two clusters of one FlinkSessionCluster interchangeable: the spec of their pods (not their replicas). On
+# the JobManager Deployment of a session cluster (`session_key`). Clusters started before it carry the rendered pods'
+# key under LEGACY_ANNOTATION_SESSION_KEY instead (sessions.py reads those through their root).
+ANNOTATION_SESSION_KEY = "flink-reconciler.io/session-spec-key"
+LEGACY_ANNOTATION_SESSION_KEY = "flink-reconciler.io/session-key"
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -708,7 +710,7 @@ def _render(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: s
                                jar_path=jar_path, jar_url=jar_url, config_hash=config_hash, tm_job=None,
                                generation=generation, image_jars=session)
         if session:
-            key = session_key(app) if generation != _KEY_GENERATION else ""
+            key = session_key(app)
             for o in workloads:
                 if o["kind"] in ("Deployment", "StatefulSet"):
                     o["metadata"]["annotations"] = dict(sorted({**o["metadata"]["annotations"],
@@ -724,17 +726,21 @@ def _render(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: s
     return objs
 
 
-_KEY_GENERATION = "0" * 8  # the generation `session_key` renders at: the key is the same for every generation
-
-
 def session_key(app: FlinkApp) -> str:
-    """What tells the clusters of one FlinkSessionCluster apart (`SessionHost.config_key`): its pods, as rendered
-    for any one generation (image, resources, config.yaml, pod template, TaskManager volume claims), and not their
-    replicas, which change in place. Equal keys: a job can move between the two clusters without a change."""
-    objs = _render(app, revision="key", job_id=None, restore_path=None, generation=_KEY_GENERATION)
-    parts = [[o["kind"], o["spec"]["template"], o["spec"].get("volumeClaimTemplates")]
-             for o in objs if o["kind"] in ("Deployment", "StatefulSet")]
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+    """What tells the clusters of one FlinkSessionCluster apart (`SessionHost.config_key`): the spec its pods are
+    rendered from (the cluster fields: image, resources, slots, flinkConfiguration, pod template, volume claims, HA;
+    and the labels pods carry), not their replicas, which change in place. Equal keys: a job can move between the two
+    clusters without a change. From the spec, not from the objects as rendered: a reconciler of another version that
+    renders the same spec differently still finds the clusters it runs (docs/kubernetes.md, "Upgrading the
+    reconciler"); what only its rendering changed comes with the cluster's next change."""
+    shaped = session_shape(app) if is_session_cluster(app) else app
+    spec = shaped.canonical()["spec"]
+    fields = {k: spec.get(k) for k in sorted(AppSpec.model_fields[f].alias or f for f in CLUSTER_FIELDS)}
+    tm = fields.get("taskManager")
+    if isinstance(tm, dict):
+        fields["taskManager"] = {k: v for k, v in tm.items() if k != "replicas"}
+    body = {"labels": shaped.metadata.labels, "spec": fields}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
 def _workloads(app: FlinkApp, *, revision: str, job_id: str | None, restore_path: str | None,

@@ -57,6 +57,7 @@ from reconciler.live.kubernetes.status import (
     ha_configmap_cluster_id,
     ha_job_of,
     is_session_suffix,
+    keep_running_pods,
     label,
     subset_diff,
     taskmanager_generation,
@@ -111,6 +112,7 @@ class KubernetesRuntime(SessionClusters, WarmStandby, OperatorDeployments):
         self.savepoint_probe = savepoint_probe or local_savepoint_probe
         self._ns_of: dict[str, str] = {}
         self._live_gen: dict[str, str] = {}  # the live cluster generation per app, as last read from its root
+        self._served: tuple[float, bool] | None = None  # (when, whether) FlinkDeployments are served: operator.py
         self._http: httpx.Client | None = None
         self._http_token: str | None = None
 
@@ -291,16 +293,17 @@ class KubernetesRuntime(SessionClusters, WarmStandby, OperatorDeployments):
         return out
 
     # ---- Runtime protocol ----
-    def ensure_cluster(self, app: FlinkApp, *, deadline: float) -> ClusterInfo:
+    def ensure_cluster(self, app: FlinkApp, *, deadline: float, keep_running: bool = False) -> ClusterInfo:
         """Everything but the workloads that carry a job generation: the JobManager is start_job's, and so
         are the TaskManagers of a cluster that has none yet (they are started for the job, see render).
-        Live TaskManagers are kept in step (scale, config) within their own generation."""
+        Live TaskManagers are kept in step (scale, config) within their own generation; with `keep_running` (a
+        job runs on them) only their number changes: `status.keep_running_pods`."""
         if r.is_session_cluster(app):
-            return self._ensure_session_cluster(app, deadline=deadline)
+            return self._ensure_session_cluster(app, deadline=deadline, keep_running=keep_running)
         views = self._views((app.metadata.namespace,), r.app_selector(app.name))
         view = views.get(app.name) or AppView(namespace=app.metadata.namespace)
         if view.live_generation:
-            return self._ensure_session(app, view.live_generation, deadline=deadline)
+            return self._ensure_session(app, view.live_generation, deadline=deadline, keep_running=keep_running)
         live_tm = view.taskmanager
         # TaskManagers deleted under a live JobManager (nothing else recreates them): back, for the job it runs.
         tm_job = taskmanager_generation(live_tm if live_tm is not None else view.jobmanager)
@@ -310,10 +313,13 @@ class KubernetesRuntime(SessionClusters, WarmStandby, OperatorDeployments):
         tm = {("Deployment", names["taskmanager"]), ("StatefulSet", names["taskmanager"])}
         suspended = app.spec.job.state is JobState.SUSPENDED
         deferred = {jm} | (tm if live_tm is None and tm_job is None else set())
+        kept: tuple[tuple[str, str], ...] = ()
+        if keep_running and not suspended:
+            objs, kept = keep_running_pods(objs, [w for w in (view.jobmanager, live_tm) if w is not None])
         keep = [o for o in objs if (o["kind"], o["metadata"]["name"]) not in deferred]
         self.apply(keep)
         self._ns_of[app.name] = app.metadata.namespace
-        self.prune(app, keep, spare=() if suspended else tuple(sorted(deferred)))
+        self.prune(app, keep, spare=tuple(sorted(kept)) if suspended else tuple(sorted({*deferred, *kept})))
         if suspended:
             return self.observe(app.name)
         if live_tm is None and tm_job is None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import re
 import shutil
 import tempfile
@@ -61,10 +62,10 @@ class SessionClusters:
         def _rest_client(self, base: str) -> FlinkRestClient: ...
         def _set_pointers(self, app: str, root: Obj, ptr: Pointers) -> None: ...
         def _ensure_session(self, app: FlinkApp, generation: str, *, deadline: float,
-                            start: float | None = None) -> ClusterInfo: ...
+                            start: float | None = None, keep_running: bool = False) -> ClusterInfo: ...
         def apply(self, objs: list[Obj]) -> list[Obj]: ...
 
-    def _ensure_session_cluster(self, app: FlinkApp, *, deadline: float) -> ClusterInfo:
+    def _ensure_session_cluster(self, app: FlinkApp, *, deadline: float, keep_running: bool = False) -> ClusterInfo:
         """`ensure_cluster` of a FlinkSessionCluster: its live cluster applied as the spec says (replicas change in
         place; live/session.py never asks for another spec while other apps' jobs run on it) and ready; or, when
         it has none, its first cluster started at the generation its spec gives. The pointer is written before
@@ -74,7 +75,11 @@ class SessionClusters:
         view = self._views((ns,), r.app_selector(app.name)).get(app.name)
         live = Pointers.of(view.root).live if view is not None and view.root is not None else ""
         if live:
-            return self._ensure_session(app, live, deadline=deadline, start=start)
+            assert view is not None
+            # The spec of its pods unchanged (only replicas, or nothing): whatever else this reconciler would render
+            # for them (a newer version's rendering) does not replace the pods every app's job runs on.
+            same = view.jobmanager is not None and session_key_of(view.jobmanager, view.root) == r.session_key(app)
+            return self._ensure_session(app, live, deadline=deadline, start=start, keep_running=keep_running or same)
         gen = session_generation(app)
         objs = self._render_or_fail(app, generation=gen)
         root = self.apply(objs[:1])[0]
@@ -98,7 +103,7 @@ class SessionClusters:
             if not gen or jm is None or jm["metadata"].get("deletionTimestamp") or not workload_ready(jm)[0]:
                 continue
             slot = "cluster" if gen == ptr.live else "retired" if gen == ptr.retired else "standby"
-            key = (jm["metadata"].get("annotations") or {}).get(r.ANNOTATION_SESSION_KEY, "")
+            key = session_key_of(jm, view.root)
             out.append(SessionGeneration(slot=slot, generation=gen, config_key=key,
                                          cluster_id=r.ha_cluster_id(cluster, None, gen),
                                          client=self._rest_client(self._rest_url(cluster, ns, gen))))
@@ -168,6 +173,25 @@ class SessionClusters:
         if found is None:
             raise PermanentStepError(f"session cluster {cluster} has no {slot} cluster with an available JobManager")
         return found
+
+
+def session_key_of(jobmanager: Obj, root: Obj | None) -> str:
+    """The `render.session_key` of the cluster whose JobManager Deployment this is, as its annotation says. A cluster
+    started by a version that keyed the rendered pods instead has only that legacy key, which no spec matches any
+    more: its key is then the one of the spec its root records, when the root was last applied together with this
+    JobManager (the same spec hash on both); else the legacy key stands, and the cluster counts as another spec."""
+    annotations = jobmanager["metadata"].get("annotations") or {}
+    key = annotations.get(r.ANNOTATION_SESSION_KEY)
+    if key:
+        return str(key)
+    root_meta = (root or {}).get("metadata") or {}
+    spec_hash = annotations.get(r.ANNOTATION_SPEC_HASH)
+    if spec_hash and (root_meta.get("annotations") or {}).get(r.ANNOTATION_SPEC_HASH) == spec_hash:
+        try:
+            return r.session_key(FlinkApp.model_validate(json.loads(((root or {}).get("data") or {})["flinkapp.json"])))
+        except (KeyError, TypeError, ValueError):
+            pass
+    return str(annotations.get(r.LEGACY_ANNOTATION_SESSION_KEY, ""))
 
 
 def session_info(info: ClusterInfo, root: Obj | None) -> ClusterInfo:

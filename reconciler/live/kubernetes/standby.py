@@ -39,6 +39,7 @@ from reconciler.live.kubernetes.status import (
     NEVER_HEALS,
     generation_failure,
     is_session_suffix,
+    keep_running_pods,
     label,
     pod_problem,
     workload_ready,
@@ -260,13 +261,20 @@ class WarmStandby:
             self._delete_ha_configmaps(app, ns, which=lambda c: not is_session_suffix(c.rpartition(".")[2]))
 
     def _ensure_session(self, app: FlinkApp, generation: str, *, deadline: float,
-                        start: float | None = None) -> ClusterInfo:
-        """Apply session cluster `generation` as `app` says (a changed config rolls its pods) and wait until it
-        is ready. The root is applied too: it records the spec the live cluster runs."""
+                        start: float | None = None, keep_running: bool = False) -> ClusterInfo:
+        """Apply session cluster `generation` as `app` says (a changed config rolls its pods, unless `keep_running`:
+        then only the TaskManagers' number changes, `status.keep_running_pods`) and wait until it is ready. The
+        root is applied too: it records the spec the live cluster runs."""
         objs = self._render_or_fail(app, generation=generation)
+        kept: tuple[tuple[str, str], ...] = ()
+        if keep_running:
+            view = self._views((app.metadata.namespace,), r.app_selector(app.name)).get(app.name)
+            c = (ClusterView() if view is None else ClusterView(view.jobmanager, view.taskmanager, view.pods)
+                 if view.live_generation == generation else view.others.get(generation, ClusterView()))
+            objs, kept = keep_running_pods(objs, [w for w in (c.jobmanager, c.taskmanager) if w is not None])
         self.apply(objs)
         self._ns_of[app.name] = app.metadata.namespace
-        self.prune(app, objs, generation=generation)
+        self.prune(app, objs, spare=kept, generation=generation)
         return self._wait_session(app, generation, deadline=deadline, start=start)
 
     def _wait_session(self, app: FlinkApp, generation: str, *, deadline: float,

@@ -220,3 +220,49 @@ def taskmanager_generation(workload: Obj | None) -> str | None:
     meta = ((((workload or {}).get("spec") or {}).get("template") or {}).get("metadata") or {})
     job: str | None = (meta.get("annotations") or {}).get(r.ANNOTATION_JOB_ID)
     return job
+
+
+def _template_annotations(workload: Obj) -> dict[str, str]:
+    meta = ((workload.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    annotations: dict[str, str] = meta.get("annotations") or {}
+    return annotations
+
+
+def keep_running_pods(objs: list[Obj], live: list[Obj]) -> tuple[list[Obj], tuple[tuple[str, str], ...]]:
+    """`objs` (one cluster, rendered) as applied onto `live` workloads of that cluster whose job keeps running
+    (`ensure_cluster(keep_running=True)`: a scale, a repair of dead processes). A pod template that changed would
+    make Kubernetes replace every pod of its workload; the spec asked for no such change here (the planner plans a
+    new job for those), so a difference is the reconciler's own rendering (a newer version's). Hence:
+
+    - a live workload keeps its pod template: only its replicas and what lies outside its pods follow `objs`;
+    - when the live pods were started from another config (their config hash differs), the config ConfigMap is
+      left out, so a pod started later (a new TaskManager, a restarted JobManager) reads the config its peers run
+      with; a recreated workload's pods say so by that config's hash.
+
+    Like the Flink Kubernetes Operator, whose default configuration reaches a deployment only with its next spec
+    change: the new rendering comes with the app's next job. Returns what to apply and what was left out (kept)."""
+    by_key = {(o["kind"], o["metadata"]["name"]): o for o in live if not o["metadata"].get("deletionTimestamp")}
+    if not by_key:
+        return objs, ()
+    running = next((h for o in by_key.values() if (h := _template_annotations(o).get(r.ANNOTATION_CONFIG_HASH))),
+                   None)
+    rendered = next((h for o in objs if o["kind"] in ("Deployment", "StatefulSet")
+                     and (h := _template_annotations(o).get(r.ANNOTATION_CONFIG_HASH))), None)
+    other_config = running is not None and rendered is not None and running != rendered
+    out: list[Obj] = []
+    kept: list[tuple[str, str]] = []
+    for o in objs:
+        key = (o["kind"], o["metadata"]["name"])
+        if other_config and o["kind"] == "ConfigMap" and label(o, r.LABEL_COMPONENT) == "config":
+            kept.append(key)
+        elif key in by_key:
+            out.append({**o, "spec": {**o["spec"],
+                                      "template": json.loads(json.dumps(by_key[key]["spec"]["template"]))}})
+        elif other_config and o["kind"] in ("Deployment", "StatefulSet"):
+            template = o["spec"]["template"]
+            meta = {**template["metadata"],
+                    "annotations": {**template["metadata"]["annotations"], r.ANNOTATION_CONFIG_HASH: running}}
+            out.append({**o, "spec": {**o["spec"], "template": {**template, "metadata": meta}}})
+        else:
+            out.append(o)
+    return out, tuple(kept)

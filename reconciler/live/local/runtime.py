@@ -157,9 +157,9 @@ class LocalRuntime(LocalStandby, JvmProcesses):
             return _with(info, message=ready_gap(ov, rec.replicas, rec.slots))
         return _with(info, phase=ClusterPhase.READY)
 
-    def ensure_cluster(self, app: FlinkApp, *, deadline: float) -> ClusterInfo:
+    def ensure_cluster(self, app: FlinkApp, *, deadline: float, keep_running: bool = False) -> ClusterInfo:
         with self._lock(app.name, deadline):
-            rec = self._ensure(app, deadline)
+            rec = self._ensure(app, deadline, keep_running=keep_running)
             return ClusterInfo(app=app.name, phase=ClusterPhase.READY, rest_url=rec.rest_url,
                                spec_hash=rec.spec_hash)
 
@@ -356,11 +356,14 @@ class LocalRuntime(LocalStandby, JvmProcesses):
 
     # -- ensure ----------------------------------------------------------------------------------------
 
-    def _ensure(self, app: FlinkApp, deadline: float) -> ClusterRecord:
+    def _ensure(self, app: FlinkApp, deadline: float, *, keep_running: bool = False) -> ClusterRecord:
+        """`keep_running`: a job runs on the cluster (a scale, a repair): a live JobManager is kept whatever its
+        config hash says, since the spec changed nothing that needs a restart, so a difference is this reconciler's
+        own (a newer version writes the config differently); it comes with the next new cluster."""
         want = cluster_config_hash(app, self.dist.version)
         rec = self.read_record(app.name)
         if rec is not None:
-            if rec.config_hash == want and self._alive(rec.jobmanager.pid, rec.marker):
+            if (rec.config_hash == want or keep_running) and self._alive(rec.jobmanager.pid, rec.marker):
                 rec = self._scale(rec, app, deadline)
             else:
                 # Config changed (the executor stopped the job first) or the JobManager died.
