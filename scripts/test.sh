@@ -19,8 +19,9 @@ for arg in "$@"; do
   esac
 done
 
-# Two workers (tests/conftest.py schedules every real-Flink module on one of them, in order); the caller's own
-# -n wins (e.g. `-n 0` for one process). The slowest tests are listed at the end.
+# Two workers (tests/conftest.py: one runs the real-Flink modules in file order, the other the rest of the suite,
+# then the last Flink modules); the caller's own -n wins (e.g. `-n 0` for one process). The slowest tests are
+# listed at the end.
 set +e
 .venv/bin/python -m pytest -n "${FLINK_RECONCILER_TEST_WORKERS:-2}" --durations=25 "$@"
 rc=$?

@@ -9,7 +9,8 @@ It plays the node for the stand-in API server (and, opt-in, for a real API serve
   ``volumeClaimTemplates`` entry; a deleted pod is replaced; workload status (``observedGeneration``,
   ``replicas``, ``updatedReplicas``, ``readyReplicas``, ``availableReplicas``) follows the pods' readiness;
 - **scheduler + kubelet**: Pending pods are bound to this node, get their own loopback address
-  (127.0.0.2, 127.0.0.3, ...: ports never collide) and their containers run as processes: init containers
+  (127.N.M.2, 127.N.M.3, ...: ports never collide, a block of 4,096 per test process, so two nodes of two
+  pytest workers or two runs at once do not either) and their containers run as processes: init containers
   in order, then the main containers. The official Flink image's commands are interpreted
   (``standalone-job``, ``jobmanager``, ``taskmanager`` with their flags) and run as JVMs from the Flink
   distribution of ``apache-flink-libraries``, the way its ``docker-entrypoint.sh`` would (BashJavaUtils
@@ -82,6 +83,14 @@ JM_APPLICATION = "org.apache.flink.container.entrypoint.StandaloneApplicationClu
 TM_ENTRY = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
 BASH_UTILS = "org.apache.flink.runtime.util.bash.BashJavaUtils"
 NO_ENDPOINT = "127.255.255.254"  # a Service without pods: connections are refused
+IP_BLOCK = 4096  # pod addresses per test process
+IP_BLOCKS = 4000  # blocks 1..4000: above 127.0.0.1 (the stand-in), below NO_ENDPOINT
+
+
+def ip_block_start(pid: int) -> int:
+    """The first pod address (as an offset in 127.0.0.0/8) of a process's block: two process nodes running at
+    once (two pytest workers, two test runs) would otherwise both hand out 127.0.0.2 with Flink's fixed ports."""
+    return (1 + pid % IP_BLOCKS) * IP_BLOCK + 2
 NODE_NAME = "process-node"
 
 
@@ -182,7 +191,7 @@ class ProcessNode:
         self.pod_env = pod_env or {}  # what a kubelet adds to every container (e.g. how to reach the API)
         self.pods: dict[tuple[str, str], PodRun] = {}
         self.errors: list[str] = []
-        self._ip_next = 2
+        self._ip_next = ip_block_start(os.getpid())
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.RLock()
