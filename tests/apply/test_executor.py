@@ -265,12 +265,18 @@ NO_COMMITTER = ("java.util.concurrent.CompletionException: org.apache.flink.runt
                 "least one vertex that commits the checkpoint)")
 
 
-def test_a_stop_refused_while_the_tasks_restart_is_retried_not_the_specs_failure(world: World) -> None:
-    # Chaos soak round 87: a TaskManager killed under the stop; Flink answers that no task can commit the
-    # checkpoint. The tasks come back, and a new trigger succeeds: the upgrade goes on.
+TASK_FAILED = ("java.util.concurrent.CompletionException: org.apache.flink.runtime.checkpoint.CheckpointException: "
+               "Task has failed. (caused by: org.apache.flink.runtime.checkpoint.CheckpointException: Task name with "
+               "subtask : Source: generator (1/2)#1 Failure reason: Task has failed.)")
+
+
+@pytest.mark.parametrize("refusal", [NO_COMMITTER, TASK_FAILED], ids=["no-committer", "task-failed"])
+def test_a_stop_refused_while_the_tasks_restart_is_retried_not_the_specs_failure(world: World, refusal: str) -> None:
+    # Chaos soak round 87 (run 9) and round 49 (run 12): a TaskManager killed under the stop; Flink answers that no
+    # task can commit the checkpoint, or that a task failed. The tasks come back, and a new trigger succeeds.
     old, new = make_app(), make_app(parallelism=2)
     world.rt.seed_job(old, OLD)
-    world.rt.savepoint_failures = [(NO_COMMITTER, None), (NO_COMMITTER, None)]
+    world.rt.savepoint_failures = [(refusal, None), (refusal, None)]
     result = world.ex.run_app(REV, upgrade(old, new))
     assert result.outcome is Outcome.SUCCESS, result.message
     assert len(world.rt.stop_triggers) == 3 and len(world.rt.savepoints_taken) == 1

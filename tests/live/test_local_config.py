@@ -113,6 +113,55 @@ def test_transient_text() -> None:
             "one vertex that commits the checkpoint)")
     assert is_transient_text(soak)
     assert not is_transient_text("java.lang.IllegalArgumentException: Checkpoint interval must be larger than 10")
+    # Chaos soak run 12: a TaskManager killed just before the stop; the pending savepoint is aborted because a task
+    # failed, and the job restarts.
+    assert is_transient_text(
+        "java.util.concurrent.CompletionException: org.apache.flink.runtime.checkpoint.CheckpointException: Task has "
+        "failed. (caused by: org.apache.flink.runtime.checkpoint.CheckpointException: org.apache.flink.runtime."
+        "checkpoint.CheckpointException: Task name with subtask : Source: generator (1/2)#1 Failure reason: Task has "
+        "failed.)")
+    # The savepoint directory cannot be written: the same every time, whatever task failed with it.
+    assert not is_transient_text(
+        "CheckpointException: An Exception occurred while triggering the checkpoint. IO-problem detected. (caused by: "
+        "java.nio.file.FileAlreadyExistsException: /state/savepoints/soak-2)")
+    assert not is_transient_text("CheckpointException: Task has failed. (caused by: Asynchronous task checkpoint "
+                                 "failed. java.io.IOException: No space left on device)")
+
+
+# Flink 2.x CheckpointFailureReason messages and whether a stop refused with one is tried again (transient): those
+# Flink does not count against the failure threshold (isCountedAgainstFailureThreshold), but a batch job's.
+FAILURE_REASONS = [
+    ("Periodic checkpoint scheduler is shut down.", True),
+    ("The maximum number of queued checkpoint requests exceeded", True),
+    ("The minimum time between checkpoints is still pending. Checkpoint will be triggered after the minimum time.",
+     True),
+    ("Not all required tasks are currently running.", True),
+    ("An Exception occurred while triggering the checkpoint. IO-problem detected.", False),
+    ("Blocking output edge exists in running tasks.", False),
+    ("Asynchronous task checkpoint failed.", False),
+    ("The checkpoint was aborted due to exception of other subtasks sharing the ChannelState file.", True),
+    ("Checkpoint expired before completing.", True),
+    ("Checkpoint has been subsumed.", True),
+    ("Checkpoint was declined.", False),
+    ("Checkpoint was declined (tasks not ready)", True),
+    ("Checkpoint was declined (task is closing)", True),
+    ("Checkpoint was canceled because a barrier from newer checkpoint was received.", True),
+    ("Task received cancellation from one of its inputs", True),
+    ("Checkpoint was declined because one input stream is finished", True),
+    ("CheckpointCoordinator shutdown.", True),
+    ("Checkpoint Coordinator is suspending.", True),
+    ("FailoverRegion is restarting.", True),
+    ("Task has failed.", True),
+    ("Task local checkpoint failure.", True),
+    ("Unknown task for the checkpoint to notify.", True),
+    ("Failure to finalize checkpoint.", False),
+    ("Trigger checkpoint failure.", False),  # only with a cause known to pass (above)
+]
+
+
+@pytest.mark.parametrize(("reason", "transient"), FAILURE_REASONS)
+def test_flinks_checkpoint_failure_reasons(reason: str, transient: bool) -> None:
+    assert is_transient_text(f"org.apache.flink.runtime.checkpoint.CheckpointException: {reason}") is transient
 
 
 def test_unreadable_record_is_unknown_not_absent(tmp_path: Path) -> None:
