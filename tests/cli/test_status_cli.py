@@ -11,13 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.apply.journal import Journal
 from reconciler.cli import main
-from reconciler.clock import SystemClock
-from reconciler.core.observed import Outcome
-from reconciler.spec.load import LoadResult, load_dir
-from tests.gitutil import Repo, spec
-from tests.ui.records import execute, plans
+from tests.ui.records import failed_create
 
 
 def _status(*args: str) -> tuple[int, str]:
@@ -48,15 +43,8 @@ def test_status_and_history_mask_url_credentials_in_messages(tmp_path: Path, mon
     show it masked whole, by the rule of every other place (redaction.redact_urls)."""
     for k in [k for k in os.environ if k.startswith("FLINK_RECONCILER_")]:
         monkeypatch.delenv(k)
-    r = Repo(tmp_path)
-    r.write("apps/orders.yaml", spec("orders"))
-    rev = r.commit("orders")
-    state = tmp_path / "state"
-    clock = SystemClock()
-    journal = Journal(state / "journal", clock)
-    [ap] = plans(LoadResult(), load_dir(r.work / "apps"), base_revision="0" * 40, revision=rev, now=clock.now())
-    execute(journal, rev, ap, outcome=Outcome.FAILURE,
-            message="fetch of http://bot:pa@ss@word99@git.example/x.git?access_token=t0k3n failed")
+    leak = "fetch of http://bot:pa@ss@word99@git.example/x.git?access_token=t0k3n failed"
+    state = failed_create(tmp_path, leak).state
     shown = "fetch of http://***@git.example/x.git?access_token=*** failed"
     for args in (["status", "--dry-run"], ["status", "--dry-run", "--output", "json"], ["history", "orders"],
                  ["history", "orders", "--output", "json"]):

@@ -9,18 +9,14 @@ from pathlib import Path
 
 import httpx
 
-from reconciler.apply.journal import Journal
 from reconciler.clock import SystemClock
-from reconciler.core.observed import Outcome
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.scheduler import Daemon
 from reconciler.service.reconcile import Reconciler
 from reconciler.settings import Settings
 from reconciler.source.git import GitSource
-from reconciler.spec.load import LoadResult, load_dir
 from reconciler.terminal import CONTROL
-from tests.gitutil import Repo, spec
-from tests.ui.records import execute, plans
+from tests.ui.records import failed_create
 
 EVIL = "\x1b[2J\rowned\x07\u009b"
 
@@ -28,15 +24,8 @@ EVIL = "\x1b[2J\rowned\x07\u009b"
 def test_status_txt_shows_control_characters_of_a_flink_message_as_escapes_on_one_line(
     tmp_path: Path, make_settings: Callable[..., Settings]
 ) -> None:
-    r = Repo(tmp_path)
-    r.write("apps/orders.yaml", spec("orders"))
-    rev = r.commit("orders")
-    state = tmp_path / "state"
-    clock = SystemClock()
-    journal = Journal(state / "journal", clock)
-    [ap] = plans(LoadResult(), load_dir(r.work / "apps"), base_revision="0" * 40, revision=rev, now=clock.now())
-    execute(journal, rev, ap, outcome=Outcome.FAILURE,
-            message=f"job failed: java.lang.RuntimeException: {EVIL}\n\tat Counter.map(Counter.java:12)")
+    f = failed_create(tmp_path, f"job failed: java.lang.RuntimeException: {EVIL}\n\tat Counter.map(Counter.java:12)")
+    r, state, journal, clock = f.repo, f.state, f.journal, SystemClock()
     source = GitSource(str(r.origin), state / "git")
     service = Reconciler(source=source, runtime=None, journal=journal, clock=clock, subdir="apps")
     d = Daemon(service, make_settings(repo_url=str(r.origin), path="apps", dry_run=True), Metrics(), clock)

@@ -4,13 +4,17 @@ tests and bench/ui_bench.py, which need many apps' records and no JVM."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from reconciler.apply.journal import Journal
+from reconciler.clock import SystemClock
 from reconciler.core.observed import Outcome
 from reconciler.core.plan import Action, AppPlan, deterministic_job_id
 from reconciler.core.planner import Policy, offline_input, plan
-from reconciler.spec.load import LoadResult
+from reconciler.spec.load import LoadResult, load_dir
+from tests.gitutil import Repo, spec
 
 
 def plans(base: LoadResult, head: LoadResult, *, base_revision: str, revision: str, now: datetime) -> list[AppPlan]:
@@ -36,3 +40,25 @@ def execute(journal: Journal, revision: str, ap: AppPlan, *, outcome: Outcome = 
                               revision=revision)
     journal.finish(ap.app, outcome, message, applied_spec=ap.desired if outcome is Outcome.SUCCESS else None,
                    job_id=job)
+
+
+@dataclass(frozen=True)
+class FailedApp:
+    repo: Repo
+    state: Path  # the state directory: the journal is state/"journal"
+    journal: Journal
+    revision: str
+
+
+def failed_create(tmp_path: Path, message: str, *, app: str = "orders") -> FailedApp:
+    """A real Git repository with one app whose create failed with `message` (what `status`, `history` and the
+    daemon's pages show of a failure)."""
+    r = Repo(tmp_path)
+    r.write(f"apps/{app}.yaml", spec(app))
+    rev = r.commit(app)
+    state = tmp_path / "state"
+    clock = SystemClock()
+    journal = Journal(state / "journal", clock)
+    [ap] = plans(LoadResult(), load_dir(r.work / "apps"), base_revision="0" * 40, revision=rev, now=clock.now())
+    execute(journal, rev, ap, outcome=Outcome.FAILURE, message=message)
+    return FailedApp(r, state, journal, rev)
