@@ -109,7 +109,10 @@ def test_a_bidi_override_shows_as_a_marker(ui: UiProc, browser: Browser, width: 
         marker = w.page.locator("main .subject .ctl").first
         assert marker.inner_text() == "<U+202E>"
         assert marker.get_attribute("title") == "RIGHT-TO-LEFT OVERRIDE"
-        assert marker.evaluate("e => getComputedStyle(e).borderStyle") == "solid"  # a distinct style
+        # A distinct style. Read in the live document: the page's live refresh may swap `main` under a located node
+        # (a detached node has no computed style: it read '' once under load).
+        w.page.wait_for_function("() => { const e = document.querySelector('main .subject .ctl');"
+                                 " return e !== null && getComputedStyle(e).borderStyle === 'solid'; }", timeout=10_000)
         _no_sideways_scroll(w.page, width)
     assert not w.errors, w.errors
 
