@@ -125,7 +125,11 @@ def facts_of(ap: AppPlan, *, outcome: Outcome | None, message: str | None, live:
         unhealthy_since=record.unhealthy_since if record is not None else None,
         record_unreadable=unreadable,
         repaired=ap.action is Action.REPAIR and outcome is Outcome.SUCCESS,
-        change_failed=phase is Phase.FAILED or ap.failed is not None,
+        change_failed=phase is Phase.FAILED or ap.failed is not None or (
+            # Whatever this pass planned (a pass that could not observe the app plans "nothing until it can", a
+            # NOOP): the record remembers Git's spec as failed (`core.context.failed_before`). Found by the chaos soak.
+            record is not None and spec is not None and record.failed_spec_hash is not None
+            and record.failed_spec_hash == spec.spec_hash),
     )
 
 

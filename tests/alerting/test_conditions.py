@@ -80,6 +80,22 @@ def test_the_planners_crash_loop_plans_are_the_crash_loop_phase() -> None:
     assert got is Phase.CRASH_LOOP and the.action is Action.BLOCKED, the.reason
 
 
+def test_a_pass_that_cannot_observe_the_app_keeps_its_failed_change() -> None:
+    # Chaos soak run 13: right after a failed upgrade its JobManager was killed, and the next pass could not observe
+    # the app ("nothing is changed until it can be observed": a NOOP). The record still remembers Git's spec as
+    # failed: the alert holds (it resolved, and fired again 9 s later).
+    p1, p2 = app(), app(job={"args": ["v2"]})
+    rec = record(last_applied_spec=p1.canonical(), failed_spec_hash=p2.spec_hash, failed_revision="c" * 40,
+                 failed_message="stop failed", last_outcome=Outcome.FAILURE, last_attempted_spec_hash=p2.spec_hash)
+    unknown = LiveApp(name="orders", cluster=ClusterPhase.UNKNOWN, cluster_message="connection refused")
+    the = plan(inp([p2], [p1], [unknown], [rec])).app("orders")
+    assert the.action is Action.NOOP, the.reason
+    f = facts_of(the, outcome=None, message=None, live=unknown, record=rec, spec=p2)
+    assert f.change_failed and Trigger.CHANGE_FAILED in {c.trigger for c in app_conditions(f, NOW, T)}
+    fixed = app(job={"args": ["v3"]})  # a new spec in Git: not the failed one
+    assert not facts_of(the, outcome=None, message=None, live=unknown, record=rec, spec=fixed).change_failed
+
+
 def test_a_change_cut_off_by_a_fault_is_healing_not_a_failed_change() -> None:
     # A JobManager killed mid-upgrade (no HA): the execution ends "interrupted", the spec is not to blame and the
     # next pass heals the app and applies it. No change-failed alert for that (the chaos soak paged it, then
