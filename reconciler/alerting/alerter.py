@@ -24,7 +24,7 @@ from reconciler.alerting.conditions import (
 )
 from reconciler.alerting.config import AlertingSettings
 from reconciler.alerting.delivery import Delivery, DeliveryMetrics, Retry
-from reconciler.alerting.facts import AppFacts
+from reconciler.alerting.facts import AppFacts, carry_over
 from reconciler.alerting.message import Notification, notification, runbook_url
 from reconciler.alerting.sinks import Sink, make_sink, secrets_of
 from reconciler.alerting.state import Event, Key, Tracked, advance, firing
@@ -76,9 +76,10 @@ class Alerter:
         with self._lock:
             mine = self._facts.setdefault(owner, {})
             scope = set(mine) | {f.app for f in facts} if full else {f.app for f in facts}
+            kept = {f.app: carry_over(f, mine.get(f.app)) for f in facts}
             if full:
                 mine.clear()
-            mine.update({f.app: f for f in facts})
+            mine.update(kept)
             events = self._judge_apps(scope)
         self._send(events)
 

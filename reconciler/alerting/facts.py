@@ -6,7 +6,7 @@ had in hand, so health costs no request beyond what observing the app asked (doc
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -52,6 +52,9 @@ class AppFacts:
     # a crash loop of its own): the change-failed alert follows this, not the phase, so a crash loop of the healed
     # spec neither resolves nor re-fires it.
     change_failed: bool = False
+    # False: this pass neither observed the app nor executed anything for it (its plan is "nothing until it can be
+    # observed"): its phase is not known, and the last known one stands (`carry_over`).
+    judged: bool = True
 
 
 def phase_of(ap: AppPlan, outcome: Outcome | None, *, repeated_repair: bool = False,
@@ -130,7 +133,17 @@ def facts_of(ap: AppPlan, *, outcome: Outcome | None, message: str | None, live:
             # NOOP): the record remembers Git's spec as failed (`core.context.failed_before`). Found by the chaos soak.
             record is not None and spec is not None and record.failed_spec_hash is not None
             and record.failed_spec_hash == spec.spec_hash),
+        judged=outcome is not None or observed,
     )
+
+
+def carry_over(new: AppFacts, old: AppFacts | None) -> AppFacts:
+    """The facts to keep after a pass: a pass that could not look at the app (`judged` False) says nothing of its
+    phase, so the last known one stands; a blocked or crash-looping app does not read as in sync (and resolve its
+    alert) for one pass whose JobManager did not answer (found by the chaos soak)."""
+    if new.judged or old is None:
+        return new
+    return replace(new, phase=old.phase, reason=old.reason, change_failed=new.change_failed or old.change_failed)
 
 
 # Flink's duration syntax (org.apache.flink.util.TimeUtils): a number and a unit, "10 s", "1min", "500ms", or ISO-8601.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from reconciler.alerting.facts import AppFacts
+from reconciler.alerting.facts import AppFacts, carry_over
 
 APP = "flink_reconciler_app"
 LABELS = ("app", "namespace")
@@ -31,9 +31,10 @@ class AppHealthCollector:
     def update(self, facts: Sequence[AppFacts], *, full: bool, owner: str) -> None:
         with self._lock:
             mine = self._facts.setdefault(owner, {})
+            kept = [carry_over(f, mine.get(f.app)) for f in facts]
             if full:
                 mine.clear()
-            for f in facts:
+            for f in kept:
                 mine[f.app] = f
                 if f.repaired:
                     self._heals[f.app] = self._heals.get(f.app, 0) + 1

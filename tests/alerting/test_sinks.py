@@ -4,6 +4,7 @@ through a real SMTP server (aiosmtpd); nothing secret in any of them; and a sink
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -15,11 +16,14 @@ from reconciler.alerting.alerter import Alerter
 from reconciler.alerting.conditions import Trigger
 from reconciler.alerting.config import AlertingSettings, SinkConfig, Subscription
 from reconciler.alerting.delivery import Delivery, Retry
-from reconciler.alerting.facts import AppFacts, Phase
+from reconciler.alerting.facts import AppFacts, Phase, facts_of
 from reconciler.alerting.message import Notification, email_text, notification, slack_body, webhook_body
 from reconciler.alerting.sinks import SIGNATURE_HEADER, HttpSink, make_sink, sign, verify
 from reconciler.alerting.state import Event, Status
 from reconciler.clock import FakeClock
+from reconciler.core.observed import ClusterPhase, LiveApp
+from reconciler.core.plan import Action, AppPlan
+from reconciler.daemon.app_metrics import AppHealthCollector
 from reconciler.daemon.metrics import Metrics
 from reconciler.logs import mask_secrets
 from tests.alerting.receivers import HttpReceiver, SmtpReceiver
@@ -277,6 +281,33 @@ def test_an_app_not_observed_in_a_pass_keeps_its_live_alerts_as_they_were(receiv
     fresh = AppFacts(app="a", namespace="n", phase=Phase.IN_SYNC, reason="", want_running=True, job_state="RUNNING",
                      job_running=True, checkpoint_at=NOW, checkpoint_interval_s=10.0)
     alerter.app_health([fresh], full=True)
+    wait_for(lambda: len(receiver.got) == 2)
+    assert receiver.got[1].json()["status"] == "resolved"
+    alerter.close(1)
+
+
+def test_a_pass_that_could_not_look_at_an_app_keeps_its_phase_and_its_alerts(receiver: HttpReceiver) -> None:
+    # Chaos soak run 13: a pass whose JobManager did not answer plans "nothing until it can be observed" (a NOOP,
+    # in sync by its action). The app's blocked alert neither resolves nor fires again; /metrics keeps its phase.
+    clock = FakeClock(NOW)
+    cfg = AlertingSettings(sinks=(SinkConfig(name="ops", type="webhook", url=SecretStr(receiver.url),
+                                             hmac_secret=SecretStr("hmac-key-123")),), not_syncing_after=86400)
+    alerter, collector = Alerter(cfg, clock), AppHealthCollector()
+    blocked = AppFacts(app="a", namespace="n", phase=Phase.BLOCKED, reason="no state to restore from",
+                       want_running=True)
+    unknown = facts_of(AppPlan(app="a", action=Action.NOOP, reason="live state unknown (connection refused)"),
+                       outcome=None, message=None, live=LiveApp(name="a", cluster=ClusterPhase.UNKNOWN), record=None,
+                       spec=None)
+    assert not unknown.judged and unknown.phase is Phase.IN_SYNC
+    for f in (blocked, unknown, unknown):
+        alerter.app_health([f], full=True)
+        collector.update([f], full=True, owner="")
+    time.sleep(0.2)
+    assert [r.json()["status"] for r in receiver.got] == ["firing"]
+    assert [a.alert for a in alerter.active()] == ["FlinkAppBlocked"]
+    assert b'flink_reconciler_app_phase{app="a",namespace="",phase="blocked"} 1.0' in collector.render()
+    seen = dataclasses.replace(unknown, judged=True)  # looked at again: it is what the pass says
+    alerter.app_health([seen], full=True)
     wait_for(lambda: len(receiver.got) == 2)
     assert receiver.got[1].json()["status"] == "resolved"
     alerter.close(1)
