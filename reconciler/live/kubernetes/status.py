@@ -8,6 +8,7 @@ which decide between waiting, failing and rolling back, are table-tested on plai
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -217,8 +218,7 @@ def label(obj: Obj, key: str) -> str | None:
 
 def taskmanager_generation(workload: Obj | None) -> str | None:
     """The job id the live TaskManagers were started for (None: none live, or rendered before generations)."""
-    meta = ((((workload or {}).get("spec") or {}).get("template") or {}).get("metadata") or {})
-    job: str | None = (meta.get("annotations") or {}).get(r.ANNOTATION_JOB_ID)
+    job: str | None = _template_annotations(workload or {}).get(r.ANNOTATION_JOB_ID)
     return job
 
 
@@ -256,8 +256,7 @@ def keep_running_pods(objs: list[Obj], live: list[Obj]) -> tuple[list[Obj], tupl
         if other_config and o["kind"] == "ConfigMap" and label(o, r.LABEL_COMPONENT) == "config":
             kept.append(key)
         elif key in by_key:
-            out.append({**o, "spec": {**o["spec"],
-                                      "template": json.loads(json.dumps(by_key[key]["spec"]["template"]))}})
+            out.append({**o, "spec": {**o["spec"], "template": copy.deepcopy(by_key[key]["spec"]["template"])}})
         elif other_config and o["kind"] in ("Deployment", "StatefulSet"):
             template = o["spec"]["template"]
             meta = {**template["metadata"],
