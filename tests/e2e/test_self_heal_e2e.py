@@ -23,7 +23,7 @@ import pytest
 
 from reconciler.apply.journal import Journal
 from reconciler.clock import SystemClock
-from reconciler.core.plan import StopWithSavepoint
+from reconciler.core.plan import StartJob, StopWithSavepoint
 from reconciler.live.local.runtime import LocalRuntime
 from tests.e2e.test_daemon_e2e import HTTP, DaemonProc, Job, poll, running_job
 from tests.fixtures.flink import COUNTER_MAIN, read_counts, teardown_runtime
@@ -37,7 +37,7 @@ KEYS = 4
 RATE = 40  # records/s over all keys: 10 per key and second
 
 
-def spec(name: str, *, extra_conf: str = "", extra_args: str = "") -> str:
+def spec(name: str, *, extra_conf: str = "", extra_args: str = "", interval: str = "1 s") -> str:
     return f"""\
 apiVersion: flink-reconciler.io/v1alpha1
 kind: FlinkApp
@@ -47,7 +47,7 @@ spec:
   taskManager:
     slots: 1
   flinkConfiguration:
-    execution.checkpointing.interval: 1 s
+    execution.checkpointing.interval: {interval}
 {extra_conf}  job:
     jarURI: {JAR}
     entryClass: {COUNTER_MAIN}
@@ -213,24 +213,30 @@ def test_a_job_that_fails_on_every_start_backs_off_then_fails_with_flinks_error(
 
 
 def test_a_jobmanager_killed_after_the_upgrades_stop_ends_in_the_new_spec_from_the_stops_savepoint(env: Env) -> None:
-    """kill -9 of the JobManager once the upgrade's stop-with-savepoint is done (the new job being started): not a
-    rollback onto the dead cluster, not "this spec already failed" until a push. The execution is interrupted and
-    the next pass runs the new spec from the savepoint the stop took."""
+    """kill -9 of the JobManager once the upgrade's stop-with-savepoint is done and the new job started, while the
+    upgrade waits for its first checkpoint: not a rollback onto the dead cluster, not "this spec already failed"
+    until a push. The execution is interrupted and the next pass runs the new spec from the savepoint the stop
+    took. The new spec's first checkpoint comes 8 s after its start: that wait is long enough to kill in on a
+    loaded machine too (at 1 s, an upgrade on a reused cluster could finish within a poll or two of the stop), and
+    no checkpoint of the new job can be newer than the stop's savepoint."""
     job, before = env.wait_counting("heal", {})
     journal = Journal(env.state_dir / "journal", SystemClock())
-    env.repo.write("apps/heal.yaml", spec("heal", extra_args=', "--work-us", "1"'))
-    env.repo.commit("heal: 1 us of work per record")
+    # Flink starts a job's first checkpoint at a random moment between min-pause and the interval: both 8 s
+    env.repo.write("apps/heal.yaml", spec("heal", extra_args=', "--work-us", "1"', interval="8 s",
+                                          extra_conf="    execution.checkpointing.min-pause: 8 s\n"))
+    env.repo.commit("heal: 1 us of work per record, a checkpoint every 8 s")
 
-    def past_the_stop() -> int | None:
+    def past_the_start() -> int | None:
         journal.refresh()  # the daemon writes the record; this process reads it anew
         f = journal.inflight("heal")
         if f is None or f.plan.action.value != "upgrade":
             return None
         stops = [i for i, s in enumerate(f.plan.steps) if isinstance(s, StopWithSavepoint)]
-        done = f.step_index > stops[0] if stops else False
-        return f.step_index if done and f.captured_path else None
+        starts = [i for i, s in enumerate(f.plan.steps) if isinstance(s, StartJob)]
+        assert stops and starts and stops[0] < starts[0], f.plan.steps
+        return f.step_index if f.step_index > starts[0] and f.captured_path else None
 
-    poll(past_the_stop, timeout=120, interval=0.05, what="the upgrade past its stop-with-savepoint",
+    poll(past_the_start, timeout=120, interval=0.05, what="the upgrade's new job started after its stop",
          alive=env.daemon.died)
     rec = env.runtime.read_record("heal")
     assert rec is not None
