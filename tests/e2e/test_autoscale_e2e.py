@@ -213,12 +213,25 @@ def test_skewed_keys_and_a_parallelism_1_sink_scale_up_in_place(env: Env) -> Non
 
     poll(lambda: len(env.counts()) == KEYS, timeout=90, what="the counter job to run", alive=dead)
     job = env.running_job()
-    before = env.vertex_load(job)
+    loads: list[dict[str, tuple[int, float, float, float]]] = []
+
+    def saturated() -> dict[str, tuple[int, float, float, float]] | None:
+        """A 4 s measurement at parallelism 2 whose hot subtask is saturated and the other is not: a new job may
+        be neither at first (its sources start at their rate, its queues are empty, then work off a burst)."""
+        m = env.vertex_load(job)
+        loads.append(m)
+        _, average, busiest, _ = next(v for n, v in m.items() if n.startswith("count-per-key"))
+        return m if busiest > 90 and average < busiest - 15 else None
+    try:
+        before = poll(saturated, timeout=40, interval=0,
+                      what="the hot key's subtask saturated at parallelism 2, the other not",
+                      alive=dead)
+    except pytest.fail.Exception as e:
+        pytest.fail(f"{e}; measured: {loads}")
     count_vertex = next(n for n in before if n.startswith("count-per-key"))
     sink = next(n for n in before if n.startswith(SINK))
     _, average, busiest, _ = before[count_vertex]
-    assert before[sink][0] == 1 and busiest > 90, f"the hot key's subtask is not saturated at parallelism 2: {before}"
-    assert average < busiest - 15, f"the keys are not skewed: {before}"
+    assert before[sink][0] == 1 and before[count_vertex][0] == 2, before
 
     # the source's metric ids name its source operator's numRecordsOut: records read, in source units
     src = next(v for v in env.rest(f"/jobs/{job}")["vertices"] if v["name"].startswith("Source"))
@@ -256,7 +269,10 @@ def test_skewed_keys_and_a_parallelism_1_sink_scale_up_in_place(env: Env) -> Non
         if not env.runs_at(job, last):
             return None
         m = env.vertex_load(job)
-        return (last, m) if (m[count_vertex][2] < 92 or last == 4) and m[count_vertex][0] == last else None
+        # the daemon's own verdict too: the band's upper edge is 90 %, and a subtask measured just under 92 % here
+        # may still be called for a step up by the daemon's window
+        keeps = env.daemon.metric("flink_reconciler_autoscale_verdict", app=APP, verdict="keep") == 1
+        return (last, m) if (last == 4 or (keeps and m[count_vertex][2] < 92)) and m[count_vertex][0] == last else None
     final, after = poll(settled, timeout=90, interval=0, what="the hot key's subtask no longer saturated",
                         alive=dead)
     assert after[sink][0] == 1 and [j.job_id for j in env.rt.flink(APP).jobs() if j.state == "RUNNING"] == [job]
@@ -271,6 +287,12 @@ def test_skewed_keys_and_a_parallelism_1_sink_scale_up_in_place(env: Env) -> Non
           f"{after[count_vertex][2]:.0f}% (average {after[count_vertex][1]:.0f}%) at {final}")
 
 
+def step(subject: str) -> tuple[int, int]:
+    """(from, to) of an autoscale commit's subject: `autoscale(app): parallelism 3 -> 4[, taskManager...]`."""
+    frm, to = subject.split(": parallelism ", 1)[1].split(",", 1)[0].split(" -> ")
+    return int(frm), int(to)
+
+
 def test_when_the_input_rate_drops_it_scales_back_down_after_the_delay(env: Env) -> None:
     """No Git change lowers the rate: the job reads it from a file. At 30 records/s one subtask would do, called
     for continuously for the 5 s scaleDownDelay before the commit, and at most 60 % fewer in one step."""
@@ -280,13 +302,22 @@ def test_when_the_input_rate_drops_it_scales_back_down_after_the_delay(env: Env)
     assert ups and env.runs_at(job, current), "the scale-up test did not leave the job rescaled"
     env.set_rate(30)
     dropped = time.monotonic()
+    seen: dict[str, float] = {}  # a new autoscale commit -> seconds after the drop it was first seen
 
-    def new_commit() -> tuple[str, str] | None:
-        c = env.autoscale_commits()
-        return c[0] if len(c) > len(ups) else None
-    commit = poll(new_commit, timeout=60, what="an autoscale commit scaling down", alive=env.dead)
+    def scale_down() -> tuple[str, str] | None:
+        new = env.autoscale_commits()[: -len(ups)]  # newest first
+        for sha, _ in new:
+            seen.setdefault(sha, time.monotonic() - dropped)
+        return next(((sha, s) for sha, s in new if step(s)[1] < step(s)[0]), None)
+    commit = poll(scale_down, timeout=90, what="an autoscale commit scaling down", alive=env.dead)
     decided = time.monotonic() - dropped
-    down = int(commit[1].rsplit(" ", 1)[1])
+    # A step up may still come right after the drop: the daemon's 8 s window then still holds samples from before
+    # it (the scale-up test may leave the hot subtask near the band's upper edge). Never once the window could
+    # only hold the low rate (the 8 s window, then a pass, a push and this poll, given a loaded machine's slack).
+    others = {s: round(seen[sha], 1) for sha, s in env.autoscale_commits()[: -len(ups)] if sha != commit[0]}
+    assert all(step(s)[1] > step(s)[0] and t < 8 + 7 for s, t in others.items()), (
+        f"after the drop, before {commit}: {others}")
+    current, down = step(commit[1])
     floor = -(-current * 4 // 10)  # ceil(current x (1 - 0.6))
     assert commit[1] == f"autoscale({APP}): parallelism {current} -> {down}" and floor <= down < current, commit
     message = git(env.repo.origin, "log", "-1", "--format=%B", commit[0])
@@ -302,7 +333,8 @@ def test_when_the_input_rate_drops_it_scales_back_down_after_the_delay(env: Env)
     grown = poll(moved_on, timeout=30, what=f"the counts to move on at parallelism {down}")
     went_back = {k: (counts[k], grown.get(k)) for k in counts if grown.get(k, 0) < counts[k]}
     assert not went_back, f"counts reset: {went_back}"
-    print(f"\nautoscale: {current} -> {down} committed {decided:.1f}s after the input rate dropped")
+    print(f"\nautoscale: {current} -> {down} committed {decided:.1f}s after the input rate dropped\n$ git log -1 "
+          f"{commit[0][:12]}\n{message}")
 
 
 def test_recommend_mode_says_what_it_would_do_and_a_humans_parallelism_runs(

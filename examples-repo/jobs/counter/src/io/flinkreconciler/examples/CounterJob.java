@@ -196,7 +196,10 @@ public final class CounterJob {
 
     /**
      * Maps the sequence number to one of N keys, round robin; with a hot-key share h, h of every 1000 records go
-     * to k0 and the others round robin over k1..k(N-1).
+     * to k0 and the others round robin over k1..k(N-1). The k0 records are spread over the 1000 (a permutation of
+     * the slots, by a factor coprime to 1000), not sent as one run: a run of 300 hot records, then 700 others,
+     * made the load of each subtask swing over a cycle of several seconds, and no measurement shorter than that
+     * cycle saw the skew it was meant to show.
      */
     static final class KeyGenerator implements GeneratorFunction<Long, String> {
         private static final long serialVersionUID = 1L;
@@ -213,7 +216,7 @@ public final class CounterJob {
             if (hotPerMille <= 0 || keys < 2) {
                 return "k" + (index % keys);
             }
-            long slot = index % 1000;
+            long slot = (index % 1000) * 389 % 1000;
             if (slot < hotPerMille) {
                 return "k0";
             }
