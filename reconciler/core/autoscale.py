@@ -210,10 +210,10 @@ def decide(spec: AutoscaleSpec, inp: Inputs, samples: Sequence[Sample]) -> Advic
     if not deciding:
         return replace(base, reason=f"parallelism {inp.current} kept: no vertex running at it has load to measure"
                                     f"{left_out}")
-    wanted, limit, why = _job_wide(spec, inp, vertices)
+    wanted, limit, need = _job_wide(spec, inp, vertices)
     replicas = _task_managers(inp, vertices, wanted)
     base = replace(base, wanted=wanted, limit=limit, task_managers=replicas if replicas else None)
-    why += left_out
+    why = need + left_out
     if not spec.min <= inp.current <= spec.max:
         return replace(base, reason=f"parallelism {inp.current} is outside autoscale.min..max ({spec.min}..{spec.max})"
                                     f": a human's choice, left as it is (the metrics call for {wanted}): {why}")
@@ -227,6 +227,8 @@ def decide(spec: AutoscaleSpec, inp: Inputs, samples: Sequence[Sample]) -> Advic
     down = ScaleDown(since=inp.now, peak=wanted) if down is None else ScaleDown(down.since, max(down.peak, wanted))
     if down.peak >= inp.current:
         return replace(base, reason=f"parallelism {inp.current} fits: {why}")
+    if down.peak > wanted:  # Flink's autoscaler too: the highest parallelism called for during the delay
+        why = f"{need}; {down.peak}, the most called for since {down.since:%H:%M:%S}{left_out}"
     ready_at = down.since + spec.scale_down_delay
     if inp.now < ready_at:
         return replace(base, verdict=Verdict.WAIT, scale_down=down,

@@ -148,6 +148,13 @@ def test_scale_down_waits_its_delay_and_takes_the_highest_called_for() -> None:
     later = [job(4, at=T0 + timedelta(seconds=t), rate=40.0, busy=200.0) for t in range(130, 171, 5)]
     done = decide(SPEC, inputs(4, now_s=170, scale_down=carried), later)
     assert (done.verdict, done.proposed) == (Verdict.SCALE_DOWN, 2)
+    # the reason says why 3 when the window now calls for less (scaleDownMaxFactor 1: it calls for 1)
+    peak3 = decide(SPEC.model_copy(update={"scale_down_max_factor": 1.0}),
+                   inputs(4, now_s=170, scale_down=ScaleDown(since=T0 + timedelta(seconds=40), peak=3)), later)
+    assert (peak3.verdict, peak3.proposed, peak3.wanted) == (Verdict.SCALE_DOWN, 3, 1), peak3
+    assert peak3.reason.startswith("scale down 4 -> 3 (called for since 12:00:40): count-per-key needs 1"), peak3.reason
+    assert "utilisation; 3, the most called for since 12:00:40" in peak3.reason, peak3.reason
+    assert "the most called for" not in done.reason
     # load came back before the delay ran out: the scale-down is forgotten
     back = decide(SPEC, inputs(4, now_s=170, scale_down=carried),
                   [job(4, at=T0 + timedelta(seconds=t), rate=300.0, busy=800.0) for t in range(130, 171, 5)])
