@@ -81,6 +81,26 @@ def cluster(_standin: Standin | None) -> Iterator[Cluster]:
     yield Cluster(k8s_client.ApiClient(cfg), ns, FakeClock(), 5.0, _standin)  # FakeClock: polls cost no time
 
 
+def real_kubelet(cluster: Cluster) -> str | None:
+    """The name of a node whose kubelet runs containers (it reports a container runtime), on a real cluster."""
+    if cluster.standin is not None:
+        return None
+    for node in k8s_client.CoreV1Api(cluster.api_client).list_node().items:
+        if node.status and node.status.node_info and node.status.node_info.container_runtime_version:
+            return str(node.metadata.name if node.metadata else "?")
+    return None
+
+
+@pytest.fixture
+def pods_never_run(cluster: Cluster) -> Cluster:
+    """`cluster` where nothing runs this module's example app (s3:// storage, a job jar no image has): the stand-in
+    or a bare API server, whose workloads the test (or the stand-in) reports ready. On a real kubelet its pods
+    crash-loop; the node lane's e2e modules cover the same runtime calls with pods that run."""
+    if node := real_kubelet(cluster):
+        pytest.skip(f"node {node} runs containers: this test's app (s3:// storage) cannot run there")
+    return cluster
+
+
 @pytest.fixture
 def standin_only(cluster: Cluster) -> Standin:
     if cluster.standin is None:

@@ -72,6 +72,7 @@ def test_ensure_cluster_of_a_new_app_applies_everything_but_the_workloads_owned_
     assert root["metadata"]["annotations"][r.ANNOTATION_REVISION] == "rev-1"
 
 
+@pytest.mark.usefixtures("pods_never_run")
 def test_ensure_cluster_keeps_live_taskmanagers_in_their_job_generation(cluster: Cluster) -> None:
     """A scale or config change reaches the running TaskManagers, which stay in the generation (and, with
     HA, the HA identity) of the job they run: only start_job moves them to a new one."""
@@ -128,6 +129,7 @@ def test_list_clusters_is_a_constant_number_of_lists(cluster: Cluster, standin_o
          ("list", "pods"), ("list", "events")])
 
 
+@pytest.mark.usefixtures("pods_never_run")
 def test_conflict_is_reported_with_the_other_manager_and_forced_only_when_configured(cluster: Cluster) -> None:
     rt = runtime(cluster)
     a = mk(cluster, taskManager={"replicas": 2, "slots": 2})
@@ -162,6 +164,7 @@ def test_drift_ignores_server_defaults_and_finds_hand_edits(cluster: Cluster) ->
     assert "ConfigMap/counter-extra: not rendered (would be pruned)" in drift
 
 
+@pytest.mark.usefixtures("pods_never_run")
 def test_prune_removes_what_the_render_no_longer_has_and_never_another_apps(cluster: Cluster) -> None:
     rt = runtime(cluster)
     vct = {"replicas": 2, "slots": 2, "volumeClaimTemplates": [{"name": "state", "mountPath": "/state",

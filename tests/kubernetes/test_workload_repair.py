@@ -40,6 +40,7 @@ def ha_configmap(c: Cluster, job: str, cid: str | None = None) -> dict[str, Any]
                      "data": {"checkpointID-0000000000000000007": "(a state handle)"}}, manager="flink")
 
 
+@pytest.mark.usefixtures("pods_never_run")
 def test_a_deleted_taskmanager_workload_is_missing_and_ensure_cluster_recreates_it_for_the_running_job(
         cluster: Cluster) -> None:
     rt = deployed(cluster)
