@@ -28,7 +28,7 @@ from tests.gitutil import Repo
 APP = "orders"
 
 
-def spec(parallelism: int) -> str:
+def spec(parallelism: int, interval: str = "1s") -> str:
     return f"""\
 apiVersion: flink-reconciler.io/v1alpha1
 kind: FlinkApp
@@ -38,7 +38,7 @@ spec:
   taskManager:
     slots: 2
   flinkConfiguration:
-    execution.checkpointing.interval: 1s
+    execution.checkpointing.interval: {interval}
   job:
     jarURI: jobs/counter.jar
     parallelism: {parallelism}
@@ -229,3 +229,58 @@ def test_a_runtime_that_restarts_processes_itself_rolls_back_as_before(tmp_path:
     kill_after_new_start(runtime, runtime.kill_jobmanager)
     upgrade = rec.apply(rec.source.head()).results[APP]
     assert upgrade.outcome is Outcome.FAILURE and not upgrade.message.startswith("interrupted"), upgrade
+
+
+def test_a_spec_that_failed_is_tried_again_when_git_returns_to_it_after_another_ran(tmp_path: Path) -> None:
+    """Chaos soak run 14, round 66: parallelism 2 failed (its stop could not write the savepoint); then another spec
+    ran, reached through an interrupted upgrade and the repair that finished it; then Git went back to parallelism
+    2, and the app stayed blocked: "this spec already failed", for good. A spec applied since the failure is a
+    fresh start (as a successful upgrade already was), whichever execution applied it."""
+    repo = Repo(tmp_path)
+    repo.write("jobs/counter.jar", b"not really a jar")
+    repo.write("apps/orders.yaml", spec(1))
+    repo.commit("orders")
+    clock = FakeClock()
+    runtime = dying_jobmanager(clock, str(tmp_path / "savepoints"))
+    state = tmp_path / "state"
+    rec = Reconciler(source=GitSource(str(repo.origin), state / "git"), runtime=runtime,
+                     journal=Journal(state / "journal", clock), clock=clock, runtime_name="local")
+
+    def push(parallelism: int, interval: str = "1s") -> Any:
+        repo.write("apps/orders.yaml", spec(parallelism, interval))
+        repo.commit(f"orders at parallelism {parallelism}, a checkpoint every {interval}")
+        rec.source.fetch()
+        return rec.apply(rec.source.head()).results[APP]
+
+    rec.source.fetch()
+    assert rec.apply(rec.source.head()).results[APP].outcome is Outcome.SUCCESS
+    clock.sleep(10)
+    runtime.savepoint_failure = "java.io.IOException: Mkdirs failed to create file:/savepoints/orders/savepoint-1"
+    failed = push(2)
+    assert failed.action.value == "upgrade" and failed.outcome is Outcome.FAILURE, failed
+    record = rec.journal.record(APP)
+    assert record is not None and record.failed_spec_hash is not None
+    runtime.savepoint_failure = None
+
+    start = runtime.start_job
+
+    def start_then_kill(app: FlinkApp, **kw: Any) -> str:
+        job = start(app, **kw)
+        if app.spec.flink_configuration.get("execution.checkpointing.interval") == "2s":
+            runtime.start_job = start  # type: ignore[method-assign]  # once
+            runtime.kill_jobmanager(APP)
+        return job
+
+    runtime.start_job = start_then_kill  # type: ignore[method-assign]
+    clock.sleep(10)
+    interrupted = push(1, "2s")
+    assert interrupted.outcome is Outcome.FAILURE and interrupted.message.startswith("interrupted: "), interrupted
+    repaired = rec.apply(rec.source.head()).results[APP]
+    assert repaired.action.value == "repair" and repaired.outcome is Outcome.SUCCESS, repaired
+    record = rec.journal.record(APP)
+    assert record is not None and record.failed_spec_hash is None, "another spec runs: the failure is behind it"
+
+    clock.sleep(10)
+    again = push(2)
+    assert again.action.value == "upgrade" and again.outcome is Outcome.SUCCESS, again
+    assert [runtime.clusters[APP].flink.jobs_by_id[j].parallelism for j in runtime.running_jobs(APP)] == [2]

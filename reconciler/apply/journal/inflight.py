@@ -226,13 +226,18 @@ def _remember_failure(r: Doc, plan: Doc, outcome: Outcome, message: str, *, revi
                       interrupted: bool) -> None:
     """The spec whose own execution failed is remembered apart from `last_attempted_*`, which a repair rewrites to
     the spec it runs: that spec is not tried again until Git changes it (`core.context.failed_before`). A repair's
-    failure is the crash-loop guard's, an interruption is a fault's; a spec applied since is a fresh start."""
+    failure is the crash-loop guard's, an interruption is a fault's; a spec applied since is a fresh start, whichever
+    execution applied it: a repair that finished Git's spec after an interrupted upgrade too (not one that put the
+    last applied spec back while Git's spec is the failed one: `desired_revision`)."""
     action, desired = plan.get("action"), plan.get("desired")
-    if action == Action.REPAIR.value or not isinstance(desired, dict):
+    if not isinstance(desired, dict):
         return
-    if outcome is Outcome.FAILURE and not interrupted:
+    forget = outcome is Outcome.SUCCESS
+    if action == Action.REPAIR.value:
+        forget = forget and not plan.get("desired_revision") and r.get("failed_spec_hash") != spec_hash(desired)
+    elif outcome is Outcome.FAILURE and not interrupted:
         r.update(failed_spec_hash=spec_hash(desired), failed_revision=revision, failed_message=message)
-    elif outcome is Outcome.SUCCESS:
+    if forget:
         for k in ("failed_spec_hash", "failed_revision", "failed_message"):
             r.pop(k, None)
 
