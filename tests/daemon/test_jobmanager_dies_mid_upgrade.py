@@ -52,9 +52,9 @@ def dying_jobmanager(clock: FakeClock, savepoint_dir: str) -> DyingJobManager:
     return DyingJobManager(clock, savepoint_dir=savepoint_dir, create_savepoint_dirs=True)
 
 
-def upgrade_world(tmp_path: Path, make: Callable[[FakeClock, str], RT]) -> tuple[RT, Reconciler, FakeClock]:
-    """`orders` applied at parallelism 1 and checkpointing for 10 s; parallelism 2 committed and fetched, not yet
-    applied. Real Git, the real pass, journal and executor over the runtime `make` builds."""
+def applied_world(tmp_path: Path, make: Callable[[FakeClock, str], RT]) -> tuple[Repo, RT, Reconciler, FakeClock]:
+    """`orders` applied at parallelism 1 and checkpointing for 10 s. Real Git, the real pass, journal and executor
+    over the runtime `make` builds."""
     repo = Repo(tmp_path)
     repo.write("jobs/counter.jar", b"not really a jar")
     repo.write("apps/orders.yaml", spec(1))
@@ -67,6 +67,12 @@ def upgrade_world(tmp_path: Path, make: Callable[[FakeClock, str], RT]) -> tuple
     rec.source.fetch()
     assert rec.apply(rec.source.head()).results[APP].outcome is Outcome.SUCCESS
     clock.sleep(10)
+    return repo, runtime, rec, clock
+
+
+def upgrade_world(tmp_path: Path, make: Callable[[FakeClock, str], RT]) -> tuple[RT, Reconciler, FakeClock]:
+    """`applied_world`, then parallelism 2 committed and fetched, not yet applied."""
+    repo, runtime, rec, clock = applied_world(tmp_path, make)
     repo.write("apps/orders.yaml", spec(2))
     repo.commit("orders at parallelism 2")
     rec.source.fetch()
@@ -236,15 +242,7 @@ def test_a_spec_that_failed_is_tried_again_when_git_returns_to_it_after_another_
     ran, reached through an interrupted upgrade and the repair that finished it; then Git went back to parallelism
     2, and the app stayed blocked: "this spec already failed", for good. A spec applied since the failure is a
     fresh start (as a successful upgrade already was), whichever execution applied it."""
-    repo = Repo(tmp_path)
-    repo.write("jobs/counter.jar", b"not really a jar")
-    repo.write("apps/orders.yaml", spec(1))
-    repo.commit("orders")
-    clock = FakeClock()
-    runtime = dying_jobmanager(clock, str(tmp_path / "savepoints"))
-    state = tmp_path / "state"
-    rec = Reconciler(source=GitSource(str(repo.origin), state / "git"), runtime=runtime,
-                     journal=Journal(state / "journal", clock), clock=clock, runtime_name="local")
+    repo, runtime, rec, clock = applied_world(tmp_path, dying_jobmanager)
 
     def push(parallelism: int, interval: str = "1s") -> Any:
         repo.write("apps/orders.yaml", spec(parallelism, interval))
@@ -252,9 +250,6 @@ def test_a_spec_that_failed_is_tried_again_when_git_returns_to_it_after_another_
         rec.source.fetch()
         return rec.apply(rec.source.head()).results[APP]
 
-    rec.source.fetch()
-    assert rec.apply(rec.source.head()).results[APP].outcome is Outcome.SUCCESS
-    clock.sleep(10)
     runtime.savepoint_failure = "java.io.IOException: Mkdirs failed to create file:/savepoints/orders/savepoint-1"
     failed = push(2)
     assert failed.action.value == "upgrade" and failed.outcome is Outcome.FAILURE, failed
