@@ -268,7 +268,10 @@ def test_skewed_keys_and_a_parallelism_1_sink_scale_up_in_place(env: Env) -> Non
         last = int(env.autoscale_commits()[0][1].split(",")[0].rsplit(" ", 1)[1])
         if not env.runs_at(job, last):
             return None
-        m = env.vertex_load(job)
+        try:
+            m = env.vertex_load(job)
+        except pytest.fail.Exception:  # a rescaled job's new tasks may report their metrics later: look again
+            return None
         # the daemon's own verdict too: the band's upper edge is 90 %, and a subtask measured just under 92 % here
         # may still be called for a step up by the daemon's window
         keeps = env.daemon.metric("flink_reconciler_autoscale_verdict", app=APP, verdict="keep") == 1
